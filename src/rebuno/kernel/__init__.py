@@ -1,0 +1,1 @@
+"""The kernel: the HTTP service that is the only writer of the event log."""

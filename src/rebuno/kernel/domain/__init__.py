@@ -1,0 +1,1 @@
+"""Pure rules of the kernel: records, transitions, identities. No I/O, no clock."""

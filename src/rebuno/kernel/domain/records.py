@@ -1,0 +1,116 @@
+"""The records the kernel stores: frozen dataclasses, one per table.
+
+JSON values (`input`, `args`, `result`, ...) are kept as JSON *text* (`RawJson`) exactly as
+received, so number literals survive untouched and responses embed them without re-parsing.
+Must not import anything outside `rebuno.protocol`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from rebuno.protocol.enums import (
+    ApprovalStatus,
+    DispatchStatus,
+    ExecutionStatus,
+    Idempotency,
+    StepKind,
+    StepStatus,
+)
+
+RawJson = str
+"""JSON text. `"null"` stands for JSON null; Python `None` means "absent"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    id: str
+    webhook_url: str
+    secret: str
+    policy_bundle: str | None
+    lease_timeout_seconds: float | None
+    registered_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    id: str
+    agent_id: str
+    agent_version: str | None
+    input: RawJson
+    status: ExecutionStatus
+    output: RawJson | None
+    failure_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    deadline_at: datetime | None
+    last_event_seq: int
+    """Highest `event_seq` written; the next event of this execution gets this + 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    step_id: str
+    execution_id: str
+    kind: StepKind
+    target: str
+    args_hash: str
+    occurrence: int
+    status: StepStatus
+    idempotency: Idempotency
+    args: RawJson | None
+    result: RawJson | None
+    error: RawJson | None
+    usage_input: int | None
+    usage_output: int | None
+    proposed_seq: int
+    """`event_seq` of the step's `step.proposed`: the order steps are listed in."""
+    started_at: datetime | None
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    execution_id: str
+    event_seq: int
+    type: str
+    payload: RawJson
+    occurred_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    id: str
+    step_id: str
+    execution_id: str
+    status: ApprovalStatus
+    approvers: tuple[str, ...] | None
+    message: str | None
+    timeout_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    rationale: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    id: str
+    execution_id: str
+    status: DispatchStatus
+    attempt: int
+    max_attempts: int
+    next_attempt_at: datetime
+    locked_by: str | None
+    locked_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The `(dispatch_id, dispatch_attempt)` pair an agent's write is made under."""
+
+    dispatch_id: str
+    attempt: int

@@ -1,0 +1,1 @@
+"""Storage: the `Store` seam and its two backends (SQLite, PostgreSQL)."""

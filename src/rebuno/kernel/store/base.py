@@ -1,0 +1,269 @@
+"""The Store and Transaction protocols every backend implements.
+
+A use case opens exactly one transaction (`store.transaction(execution_id)`), which takes the
+execution's lock first when an id is given, so every mutation of one execution is serialised
+across coroutines, processes and replicas. Write methods return nothing: a backend may queue
+them and send them together at commit (pipelining). Invariants the database itself enforces
+(a terminal execution or step is never changed; `event_seq` is unique per execution) surface
+as `ExecutionTerminal` / `Conflict` from the write or from the commit.
+
+Must import only `rebuno.kernel.domain` and `rebuno.protocol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, Protocol, TypeVar
+
+from rebuno.kernel.domain.records import (
+    Agent,
+    Approval,
+    Dispatch,
+    Event,
+    Execution,
+    Lease,
+    Step,
+)
+from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepKind, StepStatus
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionFilter:
+    agent_id: str | None = None
+    status: ExecutionStatus | None = None
+    cursor: str | None = None
+    """Return executions whose id is strictly smaller than this one."""
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class StepKey:
+    """What a step is counted by within one delivery attempt (§7.3)."""
+
+    kind: StepKind
+    target: str
+    args_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """Everything `submit_step` reads, fetched together under the execution lock."""
+
+    execution: Execution
+    lease_live: bool
+    """The lease owns the live dispatch (strong check); when true it was also renewed."""
+    occurrence: int
+    """The next occurrence for this step key in this dispatch (0 when none was used)."""
+    existing: Step | None
+    """The step already recorded under the id that occurrence yields, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedDispatch:
+    """A dispatch this replica has just claimed, with what delivering it needs."""
+
+    dispatch: Dispatch
+    execution_status: ExecutionStatus
+    agent: Agent
+
+
+@dataclass(frozen=True, slots=True)
+class RateBucket:
+    key: str
+    tokens: float
+    max_tokens: float
+    window_seconds: float
+    updated_at: datetime
+
+
+class Transaction(Protocol):
+    """One unit of work. Commits when the `async with` block exits normally."""
+
+    # -- reads under the lock ------------------------------------------------------------
+    async def get_execution(self, execution_id: str) -> Execution:
+        """Raises `NotFound`."""
+        ...
+
+    async def load_submission(
+        self, execution_id: str, lease: Lease, key: StepKey, step_id_for: StepIdFn, now: datetime
+    ) -> Submission:
+        """Reads the execution, checks and renews the lease, finds the next occurrence and
+        the step recorded under it. Raises `NotFound` for an unknown execution."""
+        ...
+
+    async def get_step(self, step_id: str) -> Step | None: ...
+
+    async def get_dispatch(self, dispatch_id: str) -> Dispatch | None: ...
+
+    async def get_agent(self, agent_id: str) -> Agent:
+        """Raises `NotFound`."""
+        ...
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        """Raises `NotFound`."""
+        ...
+
+    async def pending_approval_for_step(self, step_id: str) -> Approval | None: ...
+
+    async def list_pending_approvals(self, execution_id: str) -> list[Approval]: ...
+
+    async def list_steps_with_status(
+        self, execution_id: str, status: StepStatus
+    ) -> list[Step]: ...
+
+    async def has_indeterminate_step(self, execution_id: str, key: StepKey) -> bool:
+        """Whether a step with this key failed with `error.reason = indeterminate`."""
+        ...
+
+    async def has_event_of_type(self, execution_id: str, event_type: str) -> bool: ...
+
+    async def spent_tokens(self, execution_id: str) -> int: ...
+
+    async def renew_lease(self, execution_id: str, lease: Lease, now: datetime) -> bool:
+        """Strong check and renewal in one: `locked_at = now` when the lease owns the live
+        dispatch. Returns whether it did."""
+        ...
+
+    async def take_rate_token(
+        self, key: str, max_calls: int, window_seconds: float, now: datetime
+    ) -> float | None:
+        """Token bucket of §14.7: consumes a token and returns None when one is available,
+        otherwise returns the estimated wait in seconds."""
+        ...
+
+    # -- writes --------------------------------------------------------------------------
+    async def insert_execution(self, execution: Execution) -> None: ...
+
+    async def update_execution(self, execution: Execution) -> None:
+        """Writes status, output, failure_reason, updated_at and last_event_seq."""
+        ...
+
+    async def append_events(self, events: Sequence[Event]) -> None: ...
+
+    async def insert_step(self, step: Step) -> None: ...
+
+    async def update_step(self, step: Step) -> None:
+        """Writes status, result, error, usage, started_at and completed_at."""
+        ...
+
+    async def set_occurrence(self, dispatch_id: str, key: StepKey, consumed: int) -> None:
+        """Advances the counter monotonically: `consumed = max(old, consumed)`."""
+        ...
+
+    async def insert_dispatch(self, dispatch: Dispatch) -> None:
+        """Also wakes every replica's dispatch loop once the transaction commits."""
+        ...
+
+    async def retire_dispatches(self, execution_id: str, now: datetime) -> None:
+        """Sets every non-exhausted dispatch of the execution to `exhausted`."""
+        ...
+
+    async def update_dispatch(self, dispatch: Dispatch) -> None: ...
+
+    async def insert_approval(self, approval: Approval) -> None: ...
+
+    async def update_approval(self, approval: Approval) -> None: ...
+
+    async def upsert_agent(self, agent: Agent, keep_bundle: bool) -> Agent:
+        """Inserts or replaces an agent; with `keep_bundle` an existing bundle survives."""
+        ...
+
+    async def delete_agent(self, agent_id: str) -> None:
+        """Raises `NotFound`, or `Conflict` while executions reference the agent."""
+        ...
+
+    async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
+        """Raises `NotFound`."""
+        ...
+
+
+class StepIdFn(Protocol):
+    def __call__(self, occurrence: int) -> str: ...
+
+
+class Store(Protocol):
+    """A durable backend. Reads outside a transaction see committed data only."""
+
+    async def open(self) -> None:
+        """Connects and applies the schema (safe when several replicas boot at once)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raises when the database cannot answer."""
+        ...
+
+    def transaction(
+        self, execution_id: str | None = None
+    ) -> AbstractAsyncContextManager[Transaction]:
+        """A transaction; with an id it first takes that execution's lock."""
+        ...
+
+    def leader(self, key: str) -> AbstractAsyncContextManager[bool]:
+        """Try-lock for singleton work: yields False at once when another holder has it."""
+        ...
+
+    # -- committed reads -----------------------------------------------------------------
+    async def get_execution(self, execution_id: str) -> Execution: ...
+
+    async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]: ...
+
+    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]: ...
+
+    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
+        """`status`: `terminal`, a step status name, or None for all; proposal order."""
+        ...
+
+    async def get_step(self, step_id: str) -> Step | None: ...
+
+    async def get_agent(self, agent_id: str) -> Agent: ...
+
+    async def list_agents(self) -> list[Agent]: ...
+
+    async def get_approval(self, approval_id: str) -> Approval: ...
+
+    async def list_approvals(
+        self, status: ApprovalStatus | None, execution_id: str | None
+    ) -> list[Approval]: ...
+
+    # -- dispatch queue ------------------------------------------------------------------
+    async def claim_dispatches(
+        self, replica_id: str, limit: int, now: datetime
+    ) -> list[ClaimedDispatch]:
+        """Claims up to `limit` due dispatches: `in_flight`, `attempt + 1`, counters reset."""
+        ...
+
+    async def next_dispatch_due(self) -> datetime | None:
+        """When the earliest pending or failed dispatch becomes due, if any."""
+        ...
+
+    async def watch_dispatches(self, wake: Callable[[], None]) -> None:
+        """Runs until cancelled, calling `wake` whenever another process enqueued a
+        dispatch (Postgres: LISTEN). A single-process backend returns at once."""
+        ...
+
+    async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:
+        """Returns expired `in_flight` dispatches to `pending`; how many it returned."""
+        ...
+
+    # -- background sweeps (ids to act on; each is then handled in its own transaction) --
+    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]: ...
+
+    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]: ...
+
+    async def delete_terminal_before(self, cutoff: datetime) -> int:
+        """Retention: deletes terminal executions last updated before `cutoff`, with their
+        children, and rate buckets untouched since then. Returns executions deleted."""
+        ...
