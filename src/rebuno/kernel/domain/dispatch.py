@@ -1,0 +1,52 @@
+"""Dispatch rules (§12): the effective lease, retry backoff, the webhook body, and the
+outcome of one delivery.
+
+Must not import anything outside `rebuno.protocol` and the domain.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+import orjson
+
+from rebuno.kernel.domain.records import Agent, Dispatch
+
+MIN_AGENT_LEASE_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryOutcome:
+    ok: bool
+    detail: str = ""
+
+
+def effective_lease(agent: Agent, default: timedelta) -> float:
+    """§12.3: the agent's own lease when set and at least 10 s, else the kernel default."""
+    own = agent.lease_timeout_seconds
+    if own is not None and own >= MIN_AGENT_LEASE_SECONDS:
+        return own
+    return default.total_seconds()
+
+
+def webhook_body(dispatch: Dispatch, lease_seconds: float) -> bytes:
+    """Compact JSON with the four fields in the documented order; a whole lease is an int."""
+    lease: int | float = (
+        int(lease_seconds) if lease_seconds == int(lease_seconds) else lease_seconds
+    )
+    return orjson.dumps(
+        {
+            "execution_id": dispatch.execution_id,
+            "dispatch_id": dispatch.id,
+            "dispatch_attempt": dispatch.attempt,
+            "lease_timeout_seconds": lease,
+        }
+    )
+
+
+def backoff(attempt: int, base: timedelta, cap: timedelta) -> timedelta:
+    """`min(base * 2^(attempt-1), cap)` plus uniform jitter in [0, 25 %)."""
+    delay = min(base.total_seconds() * 2 ** (attempt - 1), cap.total_seconds())
+    return timedelta(seconds=delay + random.uniform(0, 0.25 * delay))

@@ -1,0 +1,58 @@
+"""Execution state machine (§10.1): legal transitions, each returning a new record.
+
+Must not import anything outside `rebuno.protocol` and the domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from rebuno.kernel.domain.errors import ExecutionTerminal, Forbidden
+from rebuno.kernel.domain.records import Execution, RawJson
+from rebuno.protocol.enums import ExecutionStatus
+
+_ALLOWED: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
+    ExecutionStatus.PENDING: frozenset({ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED}),
+    ExecutionStatus.RUNNING: frozenset(
+        {
+            ExecutionStatus.BLOCKED,
+            ExecutionStatus.COMPLETED,
+            ExecutionStatus.FAILED,
+            ExecutionStatus.CANCELLED,
+        }
+    ),
+    ExecutionStatus.BLOCKED: frozenset(
+        {ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED, ExecutionStatus.FAILED}
+    ),
+}
+
+
+def transition(
+    execution: Execution,
+    status: ExecutionStatus,
+    now: datetime,
+    *,
+    output: RawJson | None = None,
+    failure_reason: str | None = None,
+) -> Execution:
+    """Moves to `status`; a terminal execution refuses with `ExecutionTerminal`."""
+    if execution.status.is_terminal:
+        raise ExecutionTerminal(f"execution {execution.id} is already {execution.status}")
+    if status not in _ALLOWED[execution.status]:
+        raise ExecutionTerminal(
+            f"execution {execution.id} cannot go from {execution.status} to {status}"
+        )
+    return replace(
+        execution,
+        status=status,
+        output=output if output is not None else execution.output,
+        failure_reason=failure_reason if failure_reason is not None else execution.failure_reason,
+        updated_at=now,
+    )
+
+
+def check_owner(execution: Execution, agent_id: str | None) -> None:
+    """An agent (HMAC caller) may only touch its own executions."""
+    if agent_id is not None and execution.agent_id != agent_id:
+        raise Forbidden(f"execution {execution.id} belongs to another agent")

@@ -1,0 +1,185 @@
+"""The composition root: settings to store, services, dispatcher, API and background loops.
+
+The only module that names a concrete store backend. `serve` runs one replica until SIGINT or
+SIGTERM; `run` is its synchronous entry point on the fastest available event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+from urllib.parse import urlsplit
+
+import uvicorn
+
+from rebuno.kernel.api.app import create_app
+from rebuno.kernel.config import Settings
+from rebuno.kernel.dispatcher.delivery import HttpDeliverer
+from rebuno.kernel.domain.errors import KernelError, ValidationFailed
+from rebuno.kernel.manifest import load_manifest
+from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service.dispatches import DispatchLoop
+from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.store.base import Store
+from rebuno.kernel.stream.memory import MemoryBus
+
+log = logging.getLogger("rebuno.kernel")
+GRACEFUL_SHUTDOWN_SECONDS = 10
+
+
+class ServerError(KernelError):
+    """The server cannot start: a port in use, a bad address or database URL."""
+
+
+def open_store(settings: Settings) -> Store:
+    """`sqlite:///relative/path`, `sqlite:////absolute/path`, `sqlite:///:memory:`, or a
+    `postgres://` / `postgresql://` URL."""
+    url = settings.db_url
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        from rebuno.kernel.store.sqlite import SqliteStore
+
+        path = url.removeprefix("sqlite://").removeprefix("/")
+        if not path:
+            raise ValidationFailed(f"--db-url {url!r}: an sqlite URL needs a path")
+        return SqliteStore(path)
+    if scheme in ("postgres", "postgresql"):
+        from rebuno.kernel.store.postgres import PostgresStore
+
+        return PostgresStore(url, min_size=settings.db_min_conns, max_size=settings.db_max_conns)
+    raise ValidationFailed(
+        f"--db-url: unsupported scheme {scheme!r} (use sqlite:///PATH or postgresql://…)"
+    )
+
+
+def bind(listen_addr: str) -> socket.socket:
+    """Binds the listening socket ourselves so a port in use is one clear error."""
+    host, _, port_text = listen_addr.rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ServerError(f"--listen-addr {listen_addr!r}: expected HOST:PORT or :PORT") from None
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServerError(f"cannot listen on {listen_addr}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def public_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+async def provision(kernel: Kernel, manifest_path: str) -> None:
+    """Upserts every agent of the manifest; its bundle replaces the stored one (§18.4)."""
+    for spec in load_manifest(manifest_path):
+        await kernel.register_agent(
+            spec.id,
+            spec.webhook_url,
+            spec.secret,
+            spec.lease_timeout_seconds,
+            spec.policy_bundle,
+            keep_bundle=False,
+        )
+
+
+async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = None) -> None:
+    """Runs one replica until it is asked to stop."""
+    sock = bind(settings.listen_addr)
+    store = open_store(settings)
+    await store.open()
+    deliverer = HttpDeliverer()
+    try:
+        kernel = Kernel(store, settings, bus=MemoryBus())
+        dispatch_loop = DispatchLoop(kernel, deliverer)
+        kernel.wake = dispatch_loop.wake
+        if settings.config_file:
+            await provision(kernel, settings.config_file)
+        server = uvicorn.Server(_uvicorn_config(kernel, settings))
+        url = public_url(sock)
+        (on_ready or _announce)(url)
+        await _run_until_stopped(server, sock, _background(kernel, dispatch_loop))
+    finally:
+        sock.close()
+        await deliverer.close()
+        await store.close()
+
+
+def _announce(url: str) -> None:
+    print(f"rebuno kernel listening on {url}", file=sys.stderr, flush=True)
+
+
+def _uvicorn_config(kernel: Kernel, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(kernel, settings),
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        limit_concurrency=None,
+        backlog=2048,
+    )
+
+
+def _background(
+    kernel: Kernel, dispatch_loop: DispatchLoop
+) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+    jobs: list[tuple[str, Coroutine[Any, Any, None]]] = [
+        ("dispatch-loop", dispatch_loop.run()),
+        ("dispatch-watch", kernel.store.watch_dispatches(dispatch_loop.wake)),
+    ]
+    jobs.extend(lifecycle.jobs(kernel))
+    return jobs
+
+
+async def _run_until_stopped(
+    server: uvicorn.Server,
+    sock: socket.socket,
+    jobs: list[tuple[str, Coroutine[Any, Any, None]]],
+) -> None:
+    """Serves HTTP while the background loops run; when serving stops they are cancelled."""
+    tasks = [asyncio.create_task(job, name=name) for name, job in jobs]
+    for task in tasks:
+        task.add_done_callback(_report_stopped)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _report_stopped(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background loop %s stopped", task.get_name(), exc_info=task.exception())
+
+
+def run(settings: Settings) -> None:
+    """Synchronous entry point: uvloop when installed, the default loop otherwise."""
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # uvloop is optional (not on every platform)
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(settings))

@@ -1,0 +1,1 @@
+"""The use cases. `Kernel` holds them; each opens exactly one store transaction."""

@@ -1,0 +1,79 @@
+"""Agent and policy administration, and the secret lookup behind agent signatures.
+
+Must not import a concrete store backend, the API, or httpx.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rebuno.kernel.domain.errors import NotFound, ValidationFailed
+from rebuno.kernel.domain.records import Agent
+from rebuno.kernel.service.base import ServiceBase
+
+# Secrets are read on every signed agent request. A short cache saves that read; a secret
+# rotated on another replica is honoured here within this many seconds.
+SECRET_TTL_SECONDS = 5.0
+
+
+class AgentUseCases(ServiceBase):
+    async def agent_secret(self, agent_id: str) -> str | None:
+        hit = self.secrets.get(agent_id)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        try:
+            secret: str | None = (await self.store.get_agent(agent_id)).secret
+        except NotFound:
+            secret = None
+        self.secrets[agent_id] = (time.monotonic() + SECRET_TTL_SECONDS, secret)
+        return secret
+
+    async def register_agent(
+        self,
+        agent_id: str,
+        webhook_url: str,
+        secret: str,
+        lease_timeout_seconds: float | None,
+        policy_bundle: str | None,
+        keep_bundle: bool = True,
+    ) -> Agent:
+        for field, value in (("id", agent_id), ("webhook_url", webhook_url), ("secret", secret)):
+            if not value:
+                raise ValidationFailed(f"validation error: agent {field} is required")
+        if lease_timeout_seconds is not None and lease_timeout_seconds <= 0:
+            raise ValidationFailed("validation error: lease_timeout_seconds must be positive")
+        if policy_bundle:
+            self.bundles.get(policy_bundle)
+        agent = Agent(
+            id=agent_id,
+            webhook_url=webhook_url,
+            secret=secret,
+            policy_bundle=policy_bundle or None,
+            lease_timeout_seconds=lease_timeout_seconds,
+            registered_at=self.clock(),
+        )
+        async with self.store.transaction() as tx:
+            stored = await tx.upsert_agent(agent, keep_bundle=keep_bundle and policy_bundle is None)
+        self._forget(agent_id)
+        return stored
+
+    async def list_agents(self) -> list[Agent]:
+        return await self.store.list_agents()
+
+    async def get_agent(self, agent_id: str) -> Agent:
+        return await self.store.get_agent(agent_id)
+
+    async def delete_agent(self, agent_id: str) -> None:
+        async with self.store.transaction() as tx:
+            await tx.delete_agent(agent_id)
+        self._forget(agent_id)
+
+    async def set_policy(self, agent_id: str, bundle: str) -> None:
+        """Validates before storing, so a bad bundle never replaces the one in force."""
+        if bundle:
+            self.bundles.get(bundle)
+        async with self.store.transaction() as tx:
+            await tx.set_policy_bundle(agent_id, bundle or None)
+
+    def _forget(self, agent_id: str) -> None:
+        self.secrets.pop(agent_id, None)

@@ -1,0 +1,144 @@
+"""Approval use cases (§15): create on `require_approval`, grant, deny, expire.
+
+An approval is resolved exactly once: every resolution re-reads it under the execution's
+lock and refuses unless it is still pending, so a grant racing the expiry loop loses or wins
+cleanly. Must not import a concrete store backend, the API, or httpx.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from rebuno.kernel.domain import step as steps
+from rebuno.kernel.domain.errors import Conflict, Forbidden
+from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.execution import transition
+from rebuno.kernel.domain.records import Approval, Step
+from rebuno.kernel.policy.engine import ApprovalConfig
+from rebuno.kernel.service.base import ServiceBase, flush, new_id
+from rebuno.kernel.store.base import Transaction
+from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
+from rebuno.protocol.events import EventType
+
+_RESOLUTION_EVENT = {
+    ApprovalStatus.GRANTED: EventType.APPROVAL_GRANTED,
+    ApprovalStatus.DENIED: EventType.APPROVAL_DENIED,
+    ApprovalStatus.EXPIRED: EventType.APPROVAL_EXPIRED,
+}
+
+
+async def create_approval(
+    tx: Transaction,
+    step: Step,
+    config: ApprovalConfig | None,
+    default_timeout: timedelta,
+    batch: EventBatch,
+) -> Approval:
+    timeout = config.timeout if config and config.timeout else default_timeout
+    approval = Approval(
+        id=new_id(),
+        step_id=step.step_id,
+        execution_id=step.execution_id,
+        status=ApprovalStatus.PENDING,
+        approvers=config.approvers if config else None,
+        message=config.message if config else None,
+        timeout_at=batch.now + timeout,
+        decided_by=None,
+        decided_at=None,
+        rationale=None,
+        created_at=batch.now,
+    )
+    await tx.insert_approval(approval)
+    batch.approval(EventType.APPROVAL_REQUESTED, approval.id, step.step_id, approval.status)
+    return approval
+
+
+class ApprovalUseCases(ServiceBase):
+    async def list_approvals(
+        self, status: ApprovalStatus | None, execution_id: str | None
+    ) -> list[Approval]:
+        return await self.store.list_approvals(status, execution_id)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return await self.store.get_approval(approval_id)
+
+    async def grant_approval(self, approval_id: str, decided_by: str, rationale: str) -> None:
+        await self._resolve(approval_id, ApprovalStatus.GRANTED, decided_by, rationale)
+
+    async def deny_approval(self, approval_id: str, decided_by: str, rationale: str) -> None:
+        await self._resolve(approval_id, ApprovalStatus.DENIED, decided_by, rationale)
+
+    async def expire_approval(self, approval_id: str) -> bool:
+        """Background expiry; False when the approval was already resolved."""
+        try:
+            await self._resolve(approval_id, ApprovalStatus.EXPIRED, "", "timeout")
+        except Conflict:
+            return False
+        return True
+
+    async def _resolve(
+        self, approval_id: str, status: ApprovalStatus, decided_by: str, rationale: str
+    ) -> None:
+        execution_id = (await self.store.get_approval(approval_id)).execution_id
+        async with self.store.transaction(execution_id) as tx:
+            approval = await tx.get_approval(approval_id)
+            if approval.status is not ApprovalStatus.PENDING:
+                raise Conflict(f"approval {approval_id} is already {approval.status}")
+            if status is not ApprovalStatus.EXPIRED:
+                _check_approver(approval, decided_by)
+            execution = await tx.get_execution(execution_id)
+            now = self.clock()
+            if status is ApprovalStatus.EXPIRED and now < approval.timeout_at:
+                raise Conflict(f"approval {approval_id} has not timed out")
+            batch = EventBatch(execution, now)
+            resolved = replace(
+                approval,
+                status=status,
+                decided_by=decided_by or None,
+                decided_at=now,
+                rationale=rationale or None,
+            )
+            await tx.update_approval(resolved)
+            batch.approval(
+                _RESOLUTION_EVENT[status],
+                approval.id,
+                approval.step_id,
+                status,
+                decided_by=decided_by,
+                rationale=rationale,
+            )
+            await self._settle_step(tx, approval.step_id, status, rationale, batch)
+            resumed = transition(execution, ExecutionStatus.RUNNING, now)
+            batch.execution(EventType.EXECUTION_RESUMED, resumed)
+            await self.enqueue(tx, batch, self.new_dispatch(execution_id, now))
+            await flush(tx, resumed, batch)
+        self.wake()
+
+    async def _settle_step(
+        self,
+        tx: Transaction,
+        step_id: str,
+        status: ApprovalStatus,
+        rationale: str,
+        batch: EventBatch,
+    ) -> None:
+        step = await tx.get_step(step_id)
+        if step is None:
+            raise Conflict(f"step {step_id} of the approval is gone")
+        if status is ApprovalStatus.GRANTED:
+            allowed = steps.allow(step)
+            await tx.update_step(allowed)
+            batch.step(EventType.STEP_ALLOWED, allowed)
+            return
+        reason = "approval_timeout" if status is ApprovalStatus.EXPIRED else rationale
+        error = steps.reason_error(reason or "approval_denied")
+        denied = steps.finish(step, StepStatus.DENIED, batch.now, error=error)
+        await tx.update_step(denied)
+        batch.step(EventType.STEP_DENIED, denied, error=error)
+
+
+def _check_approver(approval: Approval, decided_by: str) -> None:
+    """The approver list guards against mistakes; it is not access control (§14.8)."""
+    if approval.approvers and decided_by not in approval.approvers:
+        raise Forbidden(f"{decided_by or 'an anonymous caller'} may not decide {approval.id}")

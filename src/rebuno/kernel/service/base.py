@@ -1,0 +1,105 @@
+"""What every use case shares: the store, settings, clock, policy cache and wake-up hook.
+
+Must not import a concrete store backend, the API, or httpx.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import uuid_utils
+
+from rebuno.kernel.config import Settings
+from rebuno.kernel.domain.errors import LeaseSuperseded
+from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.execution import transition
+from rebuno.kernel.domain.records import Dispatch, Execution, Lease
+from rebuno.kernel.policy.loader import BundleCache
+from rebuno.kernel.store.base import Store, Transaction
+from rebuno.kernel.stream.bus import StreamBus
+from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
+from rebuno.protocol.events import EventType
+
+Clock = Callable[[], datetime]
+log = logging.getLogger("rebuno.kernel")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """A UUIDv7: time-ordered, so ids sort by creation."""
+    return str(uuid_utils.uuid7())
+
+
+def _noop() -> None:
+    return None
+
+
+class ServiceBase:
+    """State shared by the use-case mixins that make up `Kernel`."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        clock: Clock = utc_now,
+        bus: StreamBus,
+        wake: Callable[[], None] = _noop,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.bus = bus
+        self.wake = wake
+        self.bundles = BundleCache()
+        self.secrets: dict[str, tuple[float, str | None]] = {}
+        """Agent secrets by id, with the monotonic time each entry expires."""
+
+    def new_dispatch(self, execution_id: str, now: datetime, delay: float = 0.0) -> Dispatch:
+        return Dispatch(
+            id=new_id(),
+            execution_id=execution_id,
+            status=DispatchStatus.PENDING,
+            attempt=0,
+            max_attempts=self.settings.dispatch_max_attempts,
+            next_attempt_at=now + timedelta(seconds=delay),
+            locked_by=None,
+            locked_at=None,
+            created_at=now,
+            updated_at=now,
+        )
+
+    async def enqueue(self, tx: Transaction, batch: EventBatch, dispatch: Dispatch) -> None:
+        """Queues a delivery in the transaction of the event that needs it (§12.1)."""
+        await tx.insert_dispatch(dispatch)
+        batch.dispatch(EventType.DISPATCH_QUEUED, dispatch, DispatchStatus.PENDING.value)
+
+
+def mark_started(execution: Execution, batch: EventBatch) -> Execution:
+    """The first time the agent is reached, `pending` becomes `running` (§10.1), once."""
+    if execution.status is not ExecutionStatus.PENDING:
+        return execution
+    started = transition(execution, ExecutionStatus.RUNNING, batch.now)
+    batch.execution(EventType.EXECUTION_STARTED, started)
+    return started
+
+
+async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> None:
+    """Appends the batch and moves the execution's `last_event_seq` with it."""
+    if not batch.events:
+        return
+    await tx.append_events(batch.events)
+    await tx.update_execution(replace(execution, last_event_seq=batch.last_seq))
+
+
+def superseded(execution_id: str, lease: Lease) -> LeaseSuperseded:
+    return LeaseSuperseded(
+        f"lease superseded: dispatch {lease.dispatch_id} attempt {lease.attempt} "
+        f"no longer owns execution {execution_id}"
+    )

@@ -1,0 +1,207 @@
+"""Delivering dispatches (§12): claim due work, POST the signed webhook, record the outcome.
+
+`DispatchLoop` claims only as many dispatches as it has idle delivery workers, so it never
+holds work another replica could start sooner. It sleeps until woken (a dispatch enqueued in
+this process, a NOTIFY from another replica, a worker finishing) or until the idle poll.
+Must not import a concrete store backend, the API, or httpx: the deliverer is a protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import replace
+from datetime import datetime
+from typing import Protocol
+
+from rebuno.kernel.domain.dispatch import DeliveryOutcome, backoff, effective_lease, webhook_body
+from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.records import Dispatch, Execution
+from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started
+from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_execution
+from rebuno.kernel.store.base import ClaimedDispatch, Transaction
+from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
+from rebuno.protocol.events import EventType
+
+
+class Deliverer(Protocol):
+    """POSTs one signed webhook; any 2xx is `ok`. Never raises for a delivery failure."""
+
+    async def deliver(
+        self, url: str, secret: str, execution_id: str, body: bytes, timeout_seconds: float
+    ) -> DeliveryOutcome: ...
+
+
+class DispatchUseCases(ServiceBase):
+    async def claim(self, limit: int) -> list[ClaimedDispatch]:
+        return await self.store.claim_dispatches(self.settings.replica_id, limit, self.clock())
+
+    async def deliver(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> None:
+        dispatch = claimed.dispatch
+        if claimed.execution_status.is_terminal:
+            await self._discard(dispatch)
+            return
+        if dispatch.attempt > dispatch.max_attempts:
+            await self._exhaust(dispatch)
+            return
+        lease = effective_lease(claimed.agent, self.settings.dispatch_lease_timeout)
+        outcome = await deliverer.deliver(
+            claimed.agent.webhook_url,
+            claimed.agent.secret,
+            dispatch.execution_id,
+            webhook_body(dispatch, lease),
+            self.settings.dispatch_timeout.total_seconds(),
+        )
+        if outcome.ok:
+            await self._record_ack(dispatch)
+        else:
+            log.warning(
+                "delivery failed: execution_id=%s dispatch_id=%s attempt=%d: %s",
+                dispatch.execution_id,
+                dispatch.id,
+                dispatch.attempt,
+                outcome.detail,
+            )
+            await self._record_failure(dispatch)
+
+    async def _record_ack(self, dispatch: Dispatch) -> None:
+        async with self.store.transaction(dispatch.execution_id) as tx:
+            execution = await tx.get_execution(dispatch.execution_id)
+            if execution.status.is_terminal:
+                return
+            batch = EventBatch(execution, self.clock())
+            batch.dispatch(EventType.DISPATCH_ACKED, dispatch, "acked")
+            await flush(tx, mark_started(execution, batch), batch)
+
+    async def _record_failure(self, dispatch: Dispatch) -> None:
+        async with self.store.transaction(dispatch.execution_id) as tx:
+            execution = await tx.get_execution(dispatch.execution_id)
+            if execution.status.is_terminal:
+                return
+            now = self.clock()
+            batch = EventBatch(execution, now)
+            batch.dispatch(EventType.DISPATCH_FAILED, dispatch, DispatchStatus.FAILED.value)
+            await flush(tx, execution, batch)
+            execution = replace(execution, last_event_seq=batch.last_seq)
+            if not await _still_owns(tx, dispatch):
+                return
+            if dispatch.attempt >= dispatch.max_attempts:
+                await _exhausted(tx, execution, now)
+                return
+            retry_at = now + backoff(
+                dispatch.attempt, self.settings.backoff_base, self.settings.backoff_max
+            )
+            await tx.update_dispatch(_requeued(dispatch, retry_at, now))
+
+    async def _discard(self, dispatch: Dispatch) -> None:
+        async with self.store.transaction(dispatch.execution_id) as tx:
+            if not await _still_owns(tx, dispatch):
+                return
+            execution = await tx.get_execution(dispatch.execution_id)
+            now = self.clock()
+            batch = EventBatch(execution, now)
+            batch.dispatch(EventType.DISPATCH_DISCARDED, dispatch, DispatchStatus.EXHAUSTED.value)
+            await tx.update_dispatch(
+                replace(
+                    dispatch,
+                    status=DispatchStatus.EXHAUSTED,
+                    locked_by=None,
+                    locked_at=None,
+                    updated_at=now,
+                )
+            )
+            await flush(tx, execution, batch)
+
+    async def _exhaust(self, dispatch: Dispatch) -> None:
+        """A re-claim past the attempt budget fails the run, but only with the dispatch's
+        own lease: a run that parked or blocked meanwhile is left alone."""
+        async with self.store.transaction(dispatch.execution_id) as tx:
+            if not await _still_owns(tx, dispatch):
+                return
+            execution = await tx.get_execution(dispatch.execution_id)
+            if not execution.status.is_terminal:
+                await _exhausted(tx, execution, self.clock())
+
+
+async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:
+    current = await tx.get_dispatch(dispatch.id)
+    return (
+        current is not None
+        and current.status is DispatchStatus.IN_FLIGHT
+        and current.attempt == dispatch.attempt
+    )
+
+
+async def _exhausted(tx: Transaction, execution: Execution, now: datetime) -> None:
+    await finish_execution(tx, execution, ExecutionStatus.FAILED, None, DISPATCH_EXHAUSTED, now)
+
+
+def _requeued(dispatch: Dispatch, retry_at: datetime, now: datetime) -> Dispatch:
+    return replace(
+        dispatch,
+        status=DispatchStatus.FAILED,
+        next_attempt_at=retry_at,
+        locked_by=None,
+        locked_at=None,
+        updated_at=now,
+    )
+
+
+class DispatchLoop:
+    """Claims and delivers with at most `concurrency` deliveries in flight."""
+
+    def __init__(self, kernel: DispatchUseCases, deliverer: Deliverer) -> None:
+        self._kernel = kernel
+        self._deliverer = deliverer
+        self._idle = kernel.settings.dispatch_concurrency
+        self._poll = kernel.settings.dispatch_poll_interval.total_seconds()
+        self._wakeup = asyncio.Event()
+        self._workers: set[asyncio.Task[None]] = set()
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                # Cleared before the claim: a wake-up that arrives during it is not lost.
+                self._wakeup.clear()
+                claimed = await self._claim()
+                if claimed and self._idle > 0:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), self._poll)
+        finally:
+            for worker in self._workers:
+                worker.cancel()
+
+    async def _claim(self) -> int:
+        if self._idle <= 0:
+            return 0
+        try:
+            batch = await self._kernel.claim(self._idle)
+        except Exception:
+            log.exception("claiming dispatches failed; retrying after the idle poll")
+            return 0
+        for claimed in batch:
+            self._idle -= 1
+            worker = asyncio.create_task(
+                self._deliver(claimed), name=f"deliver-{claimed.dispatch.id}"
+            )
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+        return len(batch)
+
+    async def _deliver(self, claimed: ClaimedDispatch) -> None:
+        try:
+            await self._kernel.deliver(claimed, self._deliverer)
+        except Exception:
+            # The claim stays in flight and the reaper returns it after the lease.
+            log.exception(
+                "recording delivery failed: execution_id=%s dispatch_id=%s",
+                claimed.dispatch.execution_id,
+                claimed.dispatch.id,
+            )
+        finally:
+            self._idle += 1
+            self._wakeup.set()

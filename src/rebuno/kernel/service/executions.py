@@ -1,0 +1,195 @@
+"""Execution use cases: create, read, cancel, heartbeat, and the agent's complete / fail.
+
+Must not import a concrete store backend, the API, or httpx.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from rebuno.kernel.domain import step as steps
+from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
+from rebuno.kernel.domain.event import EventBatch, Raw
+from rebuno.kernel.domain.execution import check_owner, transition
+from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
+from rebuno.kernel.service.base import ServiceBase, flush, mark_started, new_id, superseded
+from rebuno.kernel.store.base import ExecutionFilter, Page, Transaction
+from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
+from rebuno.protocol.events import EventType
+from rebuno.protocol.times import format_timestamp
+
+CLIENT_CANCELLED = "client_cancelled"
+DEADLINE_EXCEEDED = "deadline_exceeded"
+DISPATCH_EXHAUSTED = "dispatch_exhausted"
+
+
+class ExecutionUseCases(ServiceBase):
+    async def create_execution(
+        self, agent_id: str, input: RawJson, agent_version: str | None
+    ) -> Execution:
+        async with self.store.transaction() as tx:
+            await tx.get_agent(agent_id)
+            now = self.clock()
+            deadline = self.settings.deadline_timeout
+            execution = Execution(
+                id=new_id(),
+                agent_id=agent_id,
+                agent_version=agent_version or None,
+                input=input,
+                status=ExecutionStatus.PENDING,
+                output=None,
+                failure_reason=None,
+                created_at=now,
+                updated_at=now,
+                deadline_at=now + deadline if deadline else None,
+                last_event_seq=0,
+            )
+            batch = EventBatch(execution, now)
+            batch.execution(
+                EventType.EXECUTION_CREATED, execution, deadline_at=_deadline(execution)
+            )
+            await tx.insert_execution(execution)
+            await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
+            await flush(tx, execution, batch)
+        self.wake()
+        return replace(execution, last_event_seq=batch.last_seq)
+
+    async def get_execution(self, execution_id: str, agent_id: str | None = None) -> Execution:
+        execution = await self.store.get_execution(execution_id)
+        check_owner(execution, agent_id)
+        return execution
+
+    async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
+        return await self.store.list_executions(flt)
+
+    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
+        events = await self.store.list_events(execution_id, after_seq, limit)
+        if not events:
+            await self.store.get_execution(execution_id)
+        return events
+
+    async def list_steps(
+        self, execution_id: str, status: str | None, agent_id: str | None = None
+    ) -> list[Step]:
+        await self.get_execution(execution_id, agent_id)
+        return await self.store.list_steps(execution_id, status)
+
+    async def get_step(self, execution_id: str, step_id: str, agent_id: str | None = None) -> Step:
+        await self.get_execution(execution_id, agent_id)
+        step = await self.store.get_step(step_id)
+        if step is None or step.execution_id != execution_id:
+            raise NotFound(f"step {step_id} not found in execution {execution_id}")
+        return step
+
+    async def cancel_execution(self, execution_id: str) -> None:
+        await self.cancel(execution_id, CLIENT_CANCELLED)
+
+    async def cancel(self, execution_id: str, reason: str) -> None:
+        """§10.1: cancelled, pending approvals expired, gated steps denied, running steps
+        cancelled, dispatches retired; all in one transaction."""
+        async with self.store.transaction(execution_id) as tx:
+            execution = await tx.get_execution(execution_id)
+            batch = EventBatch(execution, self.clock())
+            cancelled = transition(
+                execution, ExecutionStatus.CANCELLED, batch.now, failure_reason=reason
+            )
+            batch.execution(EventType.EXECUTION_CANCELLED, cancelled, reason=reason)
+            await _expire_pending_approvals(tx, execution_id, batch)
+            for step in await tx.list_steps_with_status(execution_id, StepStatus.EXECUTING):
+                done = steps.finish(
+                    step, StepStatus.CANCELLED, batch.now, error=steps.CANCELLED_ERROR
+                )
+                await tx.update_step(done)
+                batch.step(EventType.STEP_CANCELLED, done, error=steps.CANCELLED_ERROR)
+            await tx.retire_dispatches(execution_id, batch.now)
+            await flush(tx, cancelled, batch)
+
+    async def heartbeat(self, execution_id: str, agent_id: str, lease: Lease) -> None:
+        async with self.store.transaction(execution_id) as tx:
+            execution = await tx.get_execution(execution_id)
+            check_owner(execution, agent_id)
+            now = self.clock()
+            if not await tx.renew_lease(execution_id, lease, now):
+                raise superseded(execution_id, lease)
+            batch = EventBatch(execution, now)
+            await flush(tx, mark_started(execution, batch), batch)
+
+    async def complete_execution(
+        self, execution_id: str, agent_id: str, lease: Lease, output: RawJson
+    ) -> None:
+        await self._finish(execution_id, agent_id, lease, ExecutionStatus.COMPLETED, output, "")
+
+    async def fail_execution(
+        self, execution_id: str, agent_id: str, lease: Lease, reason: str
+    ) -> None:
+        await self._finish(execution_id, agent_id, lease, ExecutionStatus.FAILED, None, reason)
+
+    async def _finish(
+        self,
+        execution_id: str,
+        agent_id: str | None,
+        lease: Lease,
+        status: ExecutionStatus,
+        output: RawJson | None,
+        reason: str,
+    ) -> None:
+        """Terminal is checked before the lease (§5.2), then the strong lease check."""
+        async with self.store.transaction(execution_id) as tx:
+            execution = await tx.get_execution(execution_id)
+            check_owner(execution, agent_id)
+            if execution.status.is_terminal:
+                raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
+            now = self.clock()
+            if not await tx.renew_lease(execution_id, lease, now):
+                raise superseded(execution_id, lease)
+            await finish_execution(tx, execution, status, output, reason, now)
+
+
+async def finish_execution(
+    tx: Transaction,
+    execution: Execution,
+    status: ExecutionStatus,
+    output: RawJson | None,
+    reason: str,
+    now: datetime,
+) -> None:
+    """Completes or fails an execution the caller has locked and checked the lease of."""
+    batch = EventBatch(execution, now)
+    execution = mark_started(execution, batch)
+    if status is ExecutionStatus.COMPLETED:
+        done = transition(execution, status, now, output=output or "null")
+        batch.execution(EventType.EXECUTION_COMPLETED, done, output=Raw(done.output or "null"))
+    else:
+        done = transition(execution, status, now, failure_reason=reason)
+        batch.execution(EventType.EXECUTION_FAILED, done, reason=reason)
+    await tx.retire_dispatches(execution.id, now)
+    await flush(tx, done, batch)
+
+
+async def _expire_pending_approvals(tx: Transaction, execution_id: str, batch: EventBatch) -> None:
+    for approval in await tx.list_pending_approvals(execution_id):
+        await tx.update_approval(
+            replace(
+                approval,
+                status=ApprovalStatus.EXPIRED,
+                decided_at=batch.now,
+                rationale="execution_cancelled",
+            )
+        )
+        batch.approval(
+            EventType.APPROVAL_EXPIRED,
+            approval.id,
+            approval.step_id,
+            ApprovalStatus.EXPIRED,
+            rationale="execution_cancelled",
+        )
+        step = await tx.get_step(approval.step_id)
+        if step is not None and not step.status.is_terminal:
+            denied = steps.finish(step, StepStatus.DENIED, batch.now, error=steps.CANCELLED_ERROR)
+            await tx.update_step(denied)
+            batch.step(EventType.STEP_DENIED, denied, error=steps.CANCELLED_ERROR)
+
+
+def _deadline(execution: Execution) -> str | None:
+    return format_timestamp(execution.deadline_at) if execution.deadline_at else None

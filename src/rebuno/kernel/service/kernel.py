@@ -1,0 +1,29 @@
+"""`Kernel`: the object that holds every use case, composed from one mixin per aggregate.
+
+Must not import a concrete store backend, the API, or httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rebuno.kernel.service.agents import AgentUseCases
+from rebuno.kernel.service.approvals import ApprovalUseCases
+from rebuno.kernel.service.base import log
+from rebuno.kernel.service.dispatches import DispatchUseCases
+from rebuno.kernel.service.executions import ExecutionUseCases
+from rebuno.kernel.service.steps import StepUseCases
+
+READY_TIMEOUT_SECONDS = 2.0
+
+
+class Kernel(ExecutionUseCases, StepUseCases, ApprovalUseCases, AgentUseCases, DispatchUseCases):
+    """Every use case of the kernel; each opens exactly one store transaction."""
+
+    async def ready(self) -> bool:
+        try:
+            await asyncio.wait_for(self.store.ping(), READY_TIMEOUT_SECONDS)
+        except Exception as exc:  # any failure means "not ready"; the reason is logged
+            log.warning("readiness check failed: %s", exc)
+            return False
+        return True

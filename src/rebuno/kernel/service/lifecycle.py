@@ -1,0 +1,116 @@
+"""Background work (§17): the lease reaper on every replica, and the singleton sweeps
+(approval expiry, deadlines, retention) behind the leader lock.
+
+Each job is one tick function plus a loop that runs it on its cadence. A failed tick is
+logged and retried on the next one: background work must outlive a database restart.
+Must not import a concrete store backend, the API, or httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import timedelta
+from typing import Any
+
+from rebuno.kernel.domain.errors import ExecutionTerminal, KernelError
+from rebuno.kernel.service.base import log
+from rebuno.kernel.service.executions import DEADLINE_EXCEEDED
+from rebuno.kernel.service.kernel import Kernel
+
+PAGE = 100
+
+
+async def reclaim_expired_leases(kernel: Kernel) -> int:
+    count = await kernel.store.reclaim_expired(
+        kernel.clock(), kernel.settings.dispatch_lease_timeout
+    )
+    if count:
+        log.info("returned %d expired dispatch leases to the queue", count)
+        kernel.wake()
+    return count
+
+
+async def expire_approvals(kernel: Kernel) -> int:
+    expired = 0
+    while batch := await kernel.store.list_expired_approvals(kernel.clock(), PAGE):
+        for approval in batch:
+            expired += await kernel.expire_approval(approval.id)
+        if len(batch) < PAGE:
+            break
+    return expired
+
+
+async def cancel_overdue(kernel: Kernel) -> int:
+    cancelled = 0
+    while ids := await kernel.store.list_overdue_executions(kernel.clock(), PAGE):
+        for execution_id in ids:
+            try:
+                await kernel.cancel(execution_id, DEADLINE_EXCEEDED)
+                cancelled += 1
+            except (ExecutionTerminal, KernelError):
+                continue
+        if len(ids) < PAGE:
+            break
+    return cancelled
+
+
+async def sweep(kernel: Kernel) -> None:
+    """The singleton sweep: expiry, deadlines, then retention."""
+    await expire_approvals(kernel)
+    await cancel_overdue(kernel)
+    retention = kernel.settings.retention
+    if retention > timedelta(0):
+        deleted = await kernel.store.delete_terminal_before(kernel.clock() - retention)
+        if deleted:
+            log.info("retention removed %d terminal executions", deleted)
+
+
+async def deadline_tick(kernel: Kernel) -> None:
+    await expire_approvals(kernel)
+    await cancel_overdue(kernel)
+
+
+async def every(interval: timedelta, tick: Callable[[], Awaitable[object]], name: str) -> None:
+    """Runs `tick` now and then every `interval`; errors are logged, never fatal."""
+    seconds = max(interval.total_seconds(), 0.001)
+    while True:
+        try:
+            await tick()
+        except Exception:
+            log.exception("background job %s failed; retrying in %.3fs", name, seconds)
+        await asyncio.sleep(seconds)
+
+
+def as_leader(
+    kernel: Kernel, key: str, job: Callable[[Kernel], Awaitable[object]]
+) -> Callable[[], Awaitable[None]]:
+    """Wraps a singleton job: a replica that cannot take the lock skips the tick."""
+
+    async def tick() -> None:
+        async with kernel.store.leader(key) as leading:
+            if leading:
+                await job(kernel)
+
+    return tick
+
+
+def reaper_interval(kernel: Kernel) -> timedelta:
+    return min(timedelta(seconds=2), kernel.settings.dispatch_lease_timeout / 4)
+
+
+def jobs(kernel: Kernel) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+    """Every background loop of a replica, named, for the server's task group."""
+    settings = kernel.settings
+    key = settings.leader_lock_key
+    loops: list[tuple[str, Coroutine[Any, Any, None]]] = [
+        (
+            "lease-reaper",
+            every(reaper_interval(kernel), lambda: reclaim_expired_leases(kernel), "reaper"),
+        ),
+        ("sweep", every(settings.cleanup_interval, as_leader(kernel, key, sweep), "sweep")),
+    ]
+    if settings.deadline_check_interval > timedelta(0):
+        deadlines = as_leader(kernel, f"{key}:deadlines", deadline_tick)
+        loops.append(("deadlines", every(settings.deadline_check_interval, deadlines, "deadlines")))
+    return loops

@@ -1,0 +1,387 @@
+"""Step use cases: submit (§8), complete and fail (§9), stream deltas (§16.1).
+
+`submit_step` is split along its decisions: load under the lock, decide a recorded step
+(R1-R6), or decide a new one (N0-N7: indeterminate retry, policy, rate limit, budget, record).
+Must not import a concrete store backend, the API, or httpx.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from functools import partial
+
+from rebuno.kernel.domain import step as steps
+from rebuno.kernel.domain.decision import StepDecision, StepRequest
+from rebuno.kernel.domain.errors import Conflict, NotFound
+from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.execution import check_owner, transition
+from rebuno.kernel.domain.identity import step_id as compute_step_id
+from rebuno.kernel.domain.ratelimit import park_wait
+from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
+from rebuno.kernel.domain.usage import extract_usage
+from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
+from rebuno.kernel.service.approvals import create_approval
+from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started, superseded
+from rebuno.kernel.store.base import StepKey, Transaction
+from rebuno.kernel.stream.bus import Delta
+from rebuno.protocol.enums import (
+    Decision,
+    ExecutionStatus,
+    Idempotency,
+    PolicyAction,
+    StepKind,
+    StepStatus,
+)
+from rebuno.protocol.events import EventType
+
+# Decisions that refer to a recorded step advance the occurrence counter (§7.3).
+_COUNTED = frozenset({Decision.PROCEED, Decision.REPLAY, Decision.DENIED})
+
+BUDGET_EXCEEDED = "execution_token_budget_exceeded"
+RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+
+
+class StepUseCases(ServiceBase):
+    async def submit_step(
+        self, execution_id: str, agent_id: str, lease: Lease, request: StepRequest
+    ) -> StepDecision:
+        key = StepKey(request.kind, request.target, request.args_hash)
+        step_id_for = partial(
+            compute_step_id, execution_id, request.kind.value, request.target, request.args_hash
+        )
+        woke = False
+        async with self.store.transaction(execution_id) as tx:
+            now = self.clock()
+            sub = await tx.load_submission(execution_id, lease, key, step_id_for, now)
+            execution = sub.execution
+            check_owner(execution, agent_id)
+            if execution.status.is_terminal:
+                return StepDecision(Decision.EXECUTION_TERMINAL)
+            if not sub.lease_live:
+                raise superseded(execution_id, lease)
+            batch = EventBatch(execution, now)
+            execution = mark_started(execution, batch)
+            step_id = step_id_for(sub.occurrence)
+            if sub.existing is not None:
+                decision = await self._decide_recorded(tx, sub.existing, request, batch)
+            else:
+                decision, execution = await self._decide_new(
+                    tx, execution, step_id, sub.occurrence, request, batch
+                )
+            if decision.step_id is not None and (
+                decision.decision in _COUNTED or decision.approval_id is not None
+            ):
+                await tx.set_occurrence(lease.dispatch_id, key, sub.occurrence)
+            woke = any(e.type == EventType.DISPATCH_QUEUED for e in batch.events)
+            await flush(tx, execution, batch)
+        if woke:
+            self.wake()
+        return decision
+
+    async def _decide_recorded(
+        self, tx: Transaction, step: Step, request: StepRequest, batch: EventBatch
+    ) -> StepDecision:
+        """Rows R1-R6: policy is never consulted for a recorded step."""
+        match step.status:
+            case StepStatus.SUCCEEDED:
+                return StepDecision(Decision.REPLAY, step.step_id, result=step.result or "null")
+            case StepStatus.FAILED | StepStatus.CANCELLED:
+                return StepDecision(Decision.REPLAY, step.step_id, error=step.error or "{}")
+            case StepStatus.AWAITING_APPROVAL:
+                approval = await tx.pending_approval_for_step(step.step_id)
+                return StepDecision(
+                    Decision.BLOCKED, step.step_id, approval_id=approval.id if approval else None
+                )
+            case StepStatus.ALLOWED | StepStatus.PROPOSED:
+                started = steps.start(step, batch.now)
+                await tx.update_step(started)
+                batch.step(EventType.STEP_EXECUTING, started)
+                return StepDecision(Decision.PROCEED, step.step_id)
+            case StepStatus.EXECUTING:
+                return await self._decide_orphan(tx, step, request, batch)
+            case _:
+                reason, rule_id = steps.error_reason(step.error)
+                return StepDecision(
+                    Decision.DENIED,
+                    step.step_id,
+                    reason=reason or "policy_denied",
+                    rule_id=rule_id or None,
+                )
+
+    async def _decide_orphan(
+        self, tx: Transaction, step: Step, request: StepRequest, batch: EventBatch
+    ) -> StepDecision:
+        """An effect that started and never finished (§13): the idempotency submitted now
+        decides whether it may run again."""
+        if request.idempotency is Idempotency.SAFE_TO_RETRY:
+            return StepDecision(Decision.PROCEED, step.step_id)
+        failed = steps.finish(step, StepStatus.FAILED, batch.now, error=steps.INDETERMINATE_ERROR)
+        await tx.update_step(failed)
+        batch.step(EventType.STEP_FAILED, failed, error=failed.error)
+        return StepDecision(Decision.REPLAY, step.step_id, error=steps.INDETERMINATE_ERROR)
+
+    async def _decide_new(
+        self,
+        tx: Transaction,
+        execution: Execution,
+        step_id: str,
+        occurrence: int,
+        request: StepRequest,
+        batch: EventBatch,
+    ) -> tuple[StepDecision, Execution]:
+        if execution.status is ExecutionStatus.BLOCKED:
+            return StepDecision(Decision.EXECUTION_BLOCKED), execution
+        step = _new_step(execution.id, step_id, occurrence, request, batch)
+        key = StepKey(request.kind, request.target, request.args_hash)
+        if request.idempotency is Idempotency.AT_MOST_ONCE and await tx.has_indeterminate_step(
+            execution.id, key
+        ):
+            result = PolicyResult(
+                PolicyAction.DENY, steps.INDETERMINATE_RETRY_REASON, steps.INDETERMINATE_RETRY_RULE
+            )
+            return await self._record_denied(tx, step, result, batch), execution
+        result = await self._evaluate_policy(tx, execution, request)
+        if result.rate_limit is not None and result.rate_limit.max_calls > 0:
+            limited = await self._check_rate_limit(tx, execution, step, result, batch)
+            if limited is not None:
+                return limited, execution
+        result = await self._apply_budget(tx, execution, result)
+        match result.action:
+            case PolicyAction.ALLOW:
+                return await self._record_allowed(tx, step, result, batch), execution
+            case PolicyAction.DENY:
+                return await self._record_denied(tx, step, result, batch), execution
+            case PolicyAction.REQUIRE_APPROVAL:
+                return await self._record_approval(tx, execution, step, result, batch)
+
+    async def _evaluate_policy(
+        self, tx: Transaction, execution: Execution, request: StepRequest
+    ) -> PolicyResult:
+        """Fail closed: an agent that cannot be read, or a stored bundle that no longer
+        compiles, denies rather than silently allowing."""
+        try:
+            agent = await tx.get_agent(execution.agent_id)
+        except NotFound:
+            return bundle_error("agent_lookup_failed")
+        if not agent.policy_bundle:
+            return PERMISSIVE
+        try:
+            bundle = self.bundles.get(agent.policy_bundle)
+        except Exception:
+            log.exception("stored policy bundle of agent %s no longer compiles", agent.id)
+            return bundle_error("policy_bundle_invalid")
+        return bundle.evaluate(agent.id, request.kind, request.target, request.args)
+
+    async def _check_rate_limit(
+        self,
+        tx: Transaction,
+        execution: Execution,
+        step: Step,
+        result: PolicyResult,
+        batch: EventBatch,
+    ) -> StepDecision | None:
+        """§14.7: None when a token was taken; otherwise the refusal or the park."""
+        limit = result.rate_limit
+        assert limit is not None
+        key = _bucket_key(result.rule_id, limit.per_what, execution)
+        wait = await tx.take_rate_token(
+            key, limit.max_calls, limit.window.total_seconds(), batch.now
+        )
+        if wait is None:
+            return None
+        error = steps.reason_error(RATE_LIMIT_EXCEEDED, result.rule_id)
+        max_wait = limit.max_wait.total_seconds() if limit.max_wait else 0.0
+        may_park = 0 < wait <= max_wait and not await tx.has_event_of_type(
+            execution.id, EventType.STEP_RATE_LIMITED
+        )
+        batch.step(EventType.STEP_RATE_LIMITED, step, rule_id=result.rule_id, error=error)
+        if not may_park:
+            return StepDecision(
+                Decision.RATE_LIMITED, reason=RATE_LIMIT_EXCEEDED, rule_id=result.rule_id
+            )
+        delay = park_wait(wait, max_wait, random.randint)
+        await tx.retire_dispatches(execution.id, batch.now)
+        await self.enqueue(tx, batch, self.new_dispatch(execution.id, batch.now, delay))
+        return StepDecision(Decision.BLOCKED, reason=RATE_LIMIT_EXCEEDED)
+
+    async def _apply_budget(
+        self, tx: Transaction, execution: Execution, result: PolicyResult
+    ) -> PolicyResult:
+        """§14.9: checked before the call, so the call that crosses the limit still runs."""
+        budget = result.budget
+        if budget is None or budget.max_tokens <= 0 or result.action is not PolicyAction.ALLOW:
+            return result
+        if await tx.spent_tokens(execution.id) < budget.max_tokens:
+            return result
+        return PolicyResult(
+            budget.on_exceed, BUDGET_EXCEEDED, result.rule_id, approval=result.approval
+        )
+
+    async def _record_allowed(
+        self, tx: Transaction, step: Step, result: PolicyResult, batch: EventBatch
+    ) -> StepDecision:
+        batch.step(EventType.STEP_PROPOSED, step)
+        batch.step(EventType.STEP_ALLOWED, step, rule_id=result.rule_id)
+        executing = steps.start(step, batch.now)
+        await tx.insert_step(executing)
+        batch.step(EventType.STEP_EXECUTING, executing)
+        return StepDecision(Decision.PROCEED, step.step_id)
+
+    async def _record_denied(
+        self, tx: Transaction, step: Step, result: PolicyResult, batch: EventBatch
+    ) -> StepDecision:
+        reason = result.reason or "policy_denied"
+        denied = steps.finish(
+            step, StepStatus.DENIED, batch.now, error=steps.reason_error(reason, result.rule_id)
+        )
+        await tx.insert_step(denied)
+        batch.step(EventType.STEP_PROPOSED, step)
+        batch.step(EventType.STEP_DENIED, denied, rule_id=result.rule_id, error=denied.error)
+        return StepDecision(
+            Decision.DENIED, step.step_id, reason=reason, rule_id=result.rule_id or None
+        )
+
+    async def _record_approval(
+        self,
+        tx: Transaction,
+        execution: Execution,
+        step: Step,
+        result: PolicyResult,
+        batch: EventBatch,
+    ) -> tuple[StepDecision, Execution]:
+        """N3: the execution blocks and its dispatches retire until a person decides."""
+        waiting = _replace_status(step, StepStatus.AWAITING_APPROVAL)
+        await tx.insert_step(waiting)
+        batch.step(EventType.STEP_PROPOSED, step)
+        batch.step(EventType.STEP_AWAITING_APPROVAL, waiting, rule_id=result.rule_id)
+        approval = await create_approval(
+            tx, waiting, result.approval, self.settings.approval_timeout, batch
+        )
+        blocked = transition(execution, ExecutionStatus.BLOCKED, batch.now)
+        batch.execution(EventType.EXECUTION_BLOCKED, blocked)
+        await tx.retire_dispatches(execution.id, batch.now)
+        return StepDecision(Decision.BLOCKED, step.step_id, approval_id=approval.id), blocked
+
+    async def complete_step(
+        self, execution_id: str, agent_id: str, step_id: str, lease: Lease, result: RawJson
+    ) -> StepDecision:
+        return await self._finish_step(execution_id, agent_id, step_id, lease, result, None)
+
+    async def fail_step(
+        self, execution_id: str, agent_id: str, step_id: str, lease: Lease, error: RawJson
+    ) -> StepDecision:
+        return await self._finish_step(execution_id, agent_id, step_id, lease, None, error)
+
+    async def _finish_step(
+        self,
+        execution_id: str,
+        agent_id: str,
+        step_id: str,
+        lease: Lease,
+        result: RawJson | None,
+        error: RawJson | None,
+    ) -> StepDecision:
+        """§9 in its order: step, terminal execution, weak lease, terminal step, status."""
+        async with self.store.transaction(execution_id) as tx:
+            step = await tx.get_step(step_id)
+            if step is None or step.execution_id != execution_id:
+                raise NotFound(f"step {step_id} not found in execution {execution_id}")
+            execution = await tx.get_execution(execution_id)
+            check_owner(execution, agent_id)
+            if execution.status.is_terminal:
+                return StepDecision(Decision.EXECUTION_TERMINAL)
+            dispatch = await tx.get_dispatch(lease.dispatch_id)
+            if (
+                dispatch is None
+                or dispatch.execution_id != execution_id
+                or dispatch.attempt != lease.attempt
+            ):
+                raise superseded(execution_id, lease)
+            if step.status.is_terminal:
+                if result is not None:
+                    return StepDecision(Decision.REPLAY, result=step.result or "null")
+                return StepDecision(Decision.REPLAY, error=step.error or "{}")
+            if step.status is not StepStatus.EXECUTING:
+                raise Conflict(f"step {step_id} is {step.status}, not executing")
+            batch = EventBatch(execution, self.clock())
+            await tx.update_step(_record_outcome(step, result, error, batch))
+            await flush(tx, execution, batch)
+        return StepDecision(Decision.RECORDED)
+
+    async def publish_delta(
+        self,
+        execution_id: str,
+        agent_id: str,
+        step_id: str,
+        lease: Lease | None,
+        seq: int,
+        data: str,
+    ) -> None:
+        """Ephemeral: checked against committed state, published best-effort, never stored."""
+        execution = await self.store.get_execution(execution_id)
+        check_owner(execution, agent_id)
+        step = await self.store.get_step(step_id)
+        if step is None or step.execution_id != execution_id:
+            raise NotFound(f"step {step_id} not found in execution {execution_id}")
+        if lease is not None:
+            async with self.store.transaction() as tx:
+                dispatch = await tx.get_dispatch(lease.dispatch_id)
+            if (
+                dispatch is None
+                or dispatch.execution_id != execution_id
+                or (dispatch.attempt != lease.attempt)
+            ):
+                raise superseded(execution_id, lease)
+        if step.status is not StepStatus.EXECUTING:
+            raise Conflict(f"step {step_id} is {step.status}, not executing")
+        self.bus.publish(execution_id, Delta(step_id=step_id, seq=seq, data=data))
+
+
+def _new_step(
+    execution_id: str, step_id: str, occurrence: int, request: StepRequest, batch: EventBatch
+) -> Step:
+    return Step(
+        step_id=step_id,
+        execution_id=execution_id,
+        kind=request.kind,
+        target=request.target,
+        args_hash=request.args_hash,
+        occurrence=occurrence,
+        status=StepStatus.PROPOSED,
+        idempotency=request.idempotency,
+        args=request.args,
+        result=None,
+        error=None,
+        usage_input=None,
+        usage_output=None,
+        proposed_seq=batch.next_seq,
+        started_at=None,
+        completed_at=None,
+    )
+
+
+def _replace_status(step: Step, status: StepStatus) -> Step:
+    return replace(step, status=status)
+
+
+def _record_outcome(
+    step: Step, result: RawJson | None, error: RawJson | None, batch: EventBatch
+) -> Step:
+    if result is not None:
+        usage = extract_usage(result) if step.kind is StepKind.LLM_CALL else None
+        done = steps.finish(step, StepStatus.SUCCEEDED, batch.now, result=result, usage=usage)
+        usage_fields = {"input_tokens": usage[0], "output_tokens": usage[1]} if usage else None
+        batch.step(EventType.STEP_SUCCEEDED, done, usage=usage_fields)
+    else:
+        done = steps.finish(step, StepStatus.FAILED, batch.now, error=error)
+        batch.step(EventType.STEP_FAILED, done, error=error)
+    return done
+
+
+def _bucket_key(rule_id: str, per_what: str, execution: Execution) -> str:
+    if per_what == "agent":
+        return f"{rule_id}:agent:{execution.agent_id}"
+    if per_what == "global":
+        return f"{rule_id}:global"
+    return f"{rule_id}:exec:{execution.id}"
