@@ -1,0 +1,100 @@
+"""Execution lifecycle: complete, fail, cancel, deadlines, retention (§10.1, §17)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded, NotFound
+from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.store.base import ExecutionFilter
+from rebuno.protocol.enums import Decision, ExecutionStatus, StepStatus
+from tests.kernel.conftest import AGENT, Run
+from tests.support import ManualClock
+
+
+async def test_complete_execution_stores_output_and_retires_the_lease(run: Run) -> None:
+    await run.kernel.complete_execution(run.execution_id, AGENT, run.lease, '{"n":1.50}')
+
+    execution = await run.execution()
+    assert execution.status is ExecutionStatus.COMPLETED
+    assert execution.output == '{"n":1.50}'
+    with pytest.raises(ExecutionTerminal):
+        await run.kernel.fail_execution(run.execution_id, AGENT, run.lease, "late")
+    with pytest.raises(LeaseSuperseded):
+        await run.kernel.heartbeat(run.execution_id, AGENT, run.lease)
+    assert (await run.event_types())[-1] == "execution.completed"
+
+
+async def test_fail_execution_records_the_reason(run: Run) -> None:
+    await run.kernel.fail_execution(run.execution_id, AGENT, run.lease, "tool exploded")
+
+    execution = await run.execution()
+    assert execution.status is ExecutionStatus.FAILED
+    assert execution.failure_reason == "tool exploded"
+
+
+async def test_cancel_during_a_step_cancels_the_step(run: Run) -> None:
+    decision = await run.submit()
+
+    await run.kernel.cancel_execution(run.execution_id)
+
+    execution = await run.execution()
+    assert execution.status is ExecutionStatus.CANCELLED
+    assert execution.failure_reason == "client_cancelled"
+    step = await run.kernel.get_step(run.execution_id, decision.step_id or "")
+    assert step.status is StepStatus.CANCELLED
+    assert (await run.submit()).decision is Decision.EXECUTION_TERMINAL
+    with pytest.raises(ExecutionTerminal):
+        await run.kernel.cancel_execution(run.execution_id)
+    with pytest.raises(ExecutionTerminal):
+        await run.kernel.complete_execution(run.execution_id, AGENT, run.lease, "null")
+
+
+async def test_create_for_unknown_agent_is_not_found(kernel: Kernel) -> None:
+    with pytest.raises(NotFound):
+        await kernel.create_execution("nobody", "null", None)
+
+
+async def test_deadline_cancels_overdue_executions(
+    kernel: Kernel, clock: ManualClock, run: Run
+) -> None:
+    kernel.settings = replace(kernel.settings, deadline_timeout=timedelta(minutes=1))
+    late = await kernel.create_execution(AGENT, "null", None)
+    assert late.deadline_at is not None
+    clock.advance(timedelta(minutes=2))
+
+    assert await lifecycle.cancel_overdue(kernel) == 1
+
+    cancelled = await kernel.get_execution(late.id)
+    assert cancelled.status is ExecutionStatus.CANCELLED
+    assert cancelled.failure_reason == "deadline_exceeded"
+    assert (await run.execution()).status is ExecutionStatus.PENDING
+
+
+async def test_retention_removes_old_terminal_executions_only(
+    kernel: Kernel, clock: ManualClock, run: Run
+) -> None:
+    done = await kernel.create_execution(AGENT, "null", None)
+    await kernel.cancel_execution(done.id)
+    clock.advance(timedelta(hours=25))
+
+    await lifecycle.sweep(kernel)
+
+    with pytest.raises(NotFound):
+        await kernel.get_execution(done.id)
+    assert (await run.execution()).status is ExecutionStatus.PENDING
+
+
+async def test_listing_is_newest_first_with_a_cursor(kernel: Kernel) -> None:
+    ids = [(await kernel.create_execution(AGENT, "null", None)).id for _ in range(5)]
+
+    first = await kernel.list_executions(ExecutionFilter(limit=3))
+    rest = await kernel.list_executions(ExecutionFilter(limit=3, cursor=first.next_cursor))
+
+    assert [e.id for e in first.items] == ids[::-1][:3]
+    assert [e.id for e in rest.items] == ids[::-1][3:]
+    assert rest.next_cursor is None
