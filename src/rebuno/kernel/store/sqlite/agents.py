@@ -1,0 +1,80 @@
+"""SQL for the `agents` table and its row mapping.
+
+Synchronous functions over a `sqlite3.Connection`; the store decides which connection.
+Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this package.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from rebuno.kernel.domain.errors import Conflict, NotFound
+from rebuno.kernel.domain.records import Agent
+from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
+
+COLUMNS = "id, webhook_url, secret, policy_bundle, lease_timeout_seconds, registered_at"
+
+
+def to_record(row: tuple[Any, ...]) -> Agent:
+    return Agent(
+        id=row[0],
+        webhook_url=row[1],
+        secret=row[2],
+        policy_bundle=row[3],
+        lease_timeout_seconds=row[4],
+        registered_at=from_micros(row[5]),
+    )
+
+
+def get(conn: sqlite3.Connection, agent_id: str) -> Agent:
+    row = conn.execute(f"SELECT {COLUMNS} FROM agents WHERE id = ?", (agent_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"agent {agent_id} not found")
+    return to_record(row)
+
+
+def list_all(conn: sqlite3.Connection) -> list[Agent]:
+    rows = conn.execute(f"SELECT {COLUMNS} FROM agents ORDER BY id").fetchall()
+    return [to_record(row) for row in rows]
+
+
+def upsert(conn: sqlite3.Connection, agent: Agent, keep_bundle: bool) -> Agent:
+    # An UPSERT rather than INSERT OR REPLACE: replacing would delete the row, which the
+    # executions referencing it forbid, and would lose `registered_at`.
+    row = conn.execute(
+        f"""INSERT INTO agents ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET
+                webhook_url = excluded.webhook_url,
+                secret = excluded.secret,
+                lease_timeout_seconds = excluded.lease_timeout_seconds,
+                policy_bundle = CASE WHEN ? THEN agents.policy_bundle
+                                     ELSE excluded.policy_bundle END
+            RETURNING {COLUMNS}""",
+        (
+            agent.id,
+            agent.webhook_url,
+            agent.secret,
+            agent.policy_bundle,
+            agent.lease_timeout_seconds,
+            to_micros(agent.registered_at),
+            keep_bundle,
+        ),
+    ).fetchone()
+    return to_record(row)
+
+
+def delete(conn: sqlite3.Connection, agent_id: str) -> None:
+    get(conn, agent_id)
+    in_use = conn.execute(
+        "SELECT 1 FROM executions WHERE agent_id = ? LIMIT 1", (agent_id,)
+    ).fetchone()
+    if in_use is not None:
+        raise Conflict(f"agent {agent_id} still has executions")
+    conn.execute("DELETE FROM agents WHERE id = ?", (agent_id,))
+
+
+def set_policy_bundle(conn: sqlite3.Connection, agent_id: str, bundle: str | None) -> None:
+    cursor = conn.execute("UPDATE agents SET policy_bundle = ? WHERE id = ?", (bundle, agent_id))
+    if cursor.rowcount == 0:
+        raise NotFound(f"agent {agent_id} not found")

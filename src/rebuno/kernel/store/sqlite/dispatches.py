@@ -1,0 +1,215 @@
+"""SQL for the dispatch queue: `dispatches`, their occurrence counters, claims and leases.
+
+Synchronous functions over a `sqlite3.Connection`; the store decides which connection and
+wraps the writes in its single-writer transaction.
+Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this package.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime, timedelta
+from typing import Any
+
+from rebuno.kernel.domain.errors import NotFound
+from rebuno.kernel.domain.records import Dispatch, Lease
+from rebuno.kernel.store.base import ClaimedDispatch, StepKey
+from rebuno.kernel.store.sqlite import agents
+from rebuno.kernel.store.sqlite.errors import refusals
+from rebuno.kernel.store.sqlite.timestamps import (
+    from_micros,
+    from_micros_or_none,
+    to_micros,
+    to_micros_or_none,
+)
+from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
+
+COLUMNS = (
+    "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at,"
+    " created_at, updated_at"
+)
+_D_COLUMNS = ", ".join(f"d.{name.strip()}" for name in COLUMNS.split(","))
+_A_COLUMNS = ", ".join(f"a.{name.strip()}" for name in agents.COLUMNS.split(","))
+_MIN_AGENT_LEASE = timedelta(seconds=10)
+"""An agent's own `lease_timeout_seconds` counts only from this much (§12.3)."""
+RECLAIM_PAGE = 100
+
+
+def to_record(row: tuple[Any, ...]) -> Dispatch:
+    return Dispatch(
+        id=row[0],
+        execution_id=row[1],
+        status=DispatchStatus(row[2]),
+        attempt=row[3],
+        max_attempts=row[4],
+        next_attempt_at=from_micros(row[5]),
+        locked_by=row[6],
+        locked_at=from_micros_or_none(row[7]),
+        created_at=from_micros(row[8]),
+        updated_at=from_micros(row[9]),
+    )
+
+
+def find(conn: sqlite3.Connection, dispatch_id: str) -> Dispatch | None:
+    row = conn.execute(f"SELECT {COLUMNS} FROM dispatches WHERE id = ?", (dispatch_id,))
+    found = row.fetchone()
+    return None if found is None else to_record(found)
+
+
+def insert(conn: sqlite3.Connection, dispatch: Dispatch) -> None:
+    with refusals(f"dispatch {dispatch.id}"):
+        conn.execute(
+            f"INSERT INTO dispatches ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                dispatch.id,
+                dispatch.execution_id,
+                dispatch.status.value,
+                dispatch.attempt,
+                dispatch.max_attempts,
+                to_micros(dispatch.next_attempt_at),
+                dispatch.locked_by,
+                to_micros_or_none(dispatch.locked_at),
+                to_micros(dispatch.created_at),
+                to_micros(dispatch.updated_at),
+            ),
+        )
+
+
+def update(conn: sqlite3.Connection, dispatch: Dispatch) -> None:
+    cursor = conn.execute(
+        """UPDATE dispatches SET status = ?, attempt = ?, next_attempt_at = ?, locked_by = ?,
+               locked_at = ?, updated_at = ?
+           WHERE id = ?""",
+        (
+            dispatch.status.value,
+            dispatch.attempt,
+            to_micros(dispatch.next_attempt_at),
+            dispatch.locked_by,
+            to_micros_or_none(dispatch.locked_at),
+            to_micros(dispatch.updated_at),
+            dispatch.id,
+        ),
+    )
+    if cursor.rowcount == 0:
+        raise NotFound(f"dispatch {dispatch.id} not found")
+
+
+def retire(conn: sqlite3.Connection, execution_id: str, now: datetime) -> None:
+    conn.execute(
+        """UPDATE dispatches SET status = 'exhausted', locked_by = NULL, locked_at = NULL,
+               updated_at = ?
+           WHERE execution_id = ? AND status != 'exhausted'""",
+        (to_micros(now), execution_id),
+    )
+
+
+def renew_lease(conn: sqlite3.Connection, execution_id: str, lease: Lease, now: datetime) -> bool:
+    """The strong lease check (§12.4): renews `locked_at` only when the lease owns the live
+    dispatch of this execution, and says whether it did."""
+    cursor = conn.execute(
+        """UPDATE dispatches SET locked_at = ?
+           WHERE id = ? AND execution_id = ? AND attempt = ? AND status = 'in_flight'""",
+        (to_micros(now), lease.dispatch_id, execution_id, lease.attempt),
+    )
+    return cursor.rowcount > 0
+
+
+def next_occurrence(conn: sqlite3.Connection, dispatch_id: str, key: StepKey) -> int:
+    row = conn.execute(
+        """SELECT consumed FROM dispatch_step_counters
+           WHERE dispatch_id = ? AND kind = ? AND target = ? AND args_hash = ?""",
+        (dispatch_id, key.kind.value, key.target, key.args_hash),
+    ).fetchone()
+    return 0 if row is None else int(row[0]) + 1
+
+
+def set_occurrence(conn: sqlite3.Connection, dispatch_id: str, key: StepKey, consumed: int) -> None:
+    with refusals(f"occurrence counter of dispatch {dispatch_id}"):
+        conn.execute(
+            """INSERT INTO dispatch_step_counters (dispatch_id, kind, target, args_hash, consumed)
+               VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (dispatch_id, kind, target, args_hash)
+               DO UPDATE SET consumed = max(consumed, excluded.consumed)""",
+            (dispatch_id, key.kind.value, key.target, key.args_hash, consumed),
+        )
+
+
+def claim(
+    conn: sqlite3.Connection, replica_id: str, limit: int, now: datetime
+) -> list[ClaimedDispatch]:
+    """Claims due rows, oldest due first; the caller holds the write transaction."""
+    rows = conn.execute(
+        """SELECT id FROM dispatches
+           WHERE status IN ('pending', 'failed') AND next_attempt_at <= ?
+           ORDER BY next_attempt_at LIMIT ?""",
+        (to_micros(now), limit),
+    ).fetchall()
+    if not rows:
+        return []
+    # The ids travel as one JSON array so each statement text stays fixed and cached.
+    ids = json.dumps([row[0] for row in rows])
+    conn.execute(
+        """DELETE FROM dispatch_step_counters
+           WHERE dispatch_id IN (SELECT value FROM json_each(?))""",
+        (ids,),
+    )
+    micros = to_micros(now)
+    conn.execute(
+        """UPDATE dispatches SET status = 'in_flight', attempt = attempt + 1, locked_by = ?,
+               locked_at = ?, updated_at = ?
+           WHERE id IN (SELECT value FROM json_each(?))""",
+        (replica_id, micros, micros, ids),
+    )
+    return _claimed(conn, ids)
+
+
+def _claimed(conn: sqlite3.Connection, ids: str) -> list[ClaimedDispatch]:
+    rows = conn.execute(
+        f"""SELECT {_D_COLUMNS}, e.status, {_A_COLUMNS}
+            FROM dispatches d
+            JOIN executions e ON e.id = d.execution_id
+            JOIN agents a ON a.id = e.agent_id
+            WHERE d.id IN (SELECT value FROM json_each(?))
+            ORDER BY d.next_attempt_at, d.id""",
+        (ids,),
+    ).fetchall()
+    return [
+        ClaimedDispatch(
+            dispatch=to_record(row[:10]),
+            execution_status=ExecutionStatus(row[10]),
+            agent=agents.to_record(row[11:]),
+        )
+        for row in rows
+    ]
+
+
+def next_due(conn: sqlite3.Connection) -> datetime | None:
+    row = conn.execute(
+        "SELECT min(next_attempt_at) FROM dispatches WHERE status IN ('pending', 'failed')"
+    ).fetchone()
+    return from_micros_or_none(row[0])
+
+
+def reclaim_page(conn: sqlite3.Connection, now: datetime, default_lease: timedelta) -> int:
+    """Returns up to one page of expired `in_flight` rows to `pending`; `attempt` stays."""
+    micros = to_micros(now)
+    default = default_lease // timedelta(microseconds=1)
+    # No effective lease is shorter than this, so the in-flight index bounds the scan.
+    shortest = min(_MIN_AGENT_LEASE, default_lease) // timedelta(microseconds=1)
+    cursor = conn.execute(
+        """UPDATE dispatches SET status = 'pending', next_attempt_at = :now, locked_by = NULL,
+               locked_at = NULL, updated_at = :now
+           WHERE id IN (
+               SELECT d.id FROM dispatches d
+               JOIN executions e ON e.id = d.execution_id
+               JOIN agents a ON a.id = e.agent_id
+               WHERE d.status = 'in_flight' AND d.locked_at < :now - :shortest
+                 AND d.locked_at < :now - CASE
+                     WHEN a.lease_timeout_seconds >= 10
+                     THEN CAST(round(a.lease_timeout_seconds * 1000000) AS INTEGER)
+                     ELSE :default END
+               LIMIT :page)""",
+        {"now": micros, "shortest": shortest, "default": default, "page": RECLAIM_PAGE},
+    )
+    return cursor.rowcount

@@ -1,0 +1,63 @@
+"""SQL for the `events` table (the append-only log) and its row mapping.
+
+Synchronous functions over a `sqlite3.Connection`; the store decides which connection.
+Must import only sqlite3, the domain and this package.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from rebuno.kernel.domain.records import Event
+from rebuno.kernel.store.sqlite.errors import refusals
+from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
+
+COLUMNS = "execution_id, event_seq, type, payload, occurred_at"
+
+
+def to_record(row: tuple[Any, ...]) -> Event:
+    return Event(
+        execution_id=row[0],
+        event_seq=row[1],
+        type=row[2],
+        payload=row[3],
+        occurred_at=from_micros(row[4]),
+    )
+
+
+def append(conn: sqlite3.Connection, events: Sequence[Event]) -> None:
+    for event in events:
+        # One statement per event (cached, so cheap) to name the offending one when
+        # its `event_seq` is already taken.
+        with refusals(f"event {event.event_seq} of execution {event.execution_id}"):
+            conn.execute(
+                f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                (
+                    event.execution_id,
+                    event.event_seq,
+                    event.type,
+                    event.payload,
+                    to_micros(event.occurred_at),
+                ),
+            )
+
+
+def list_after(
+    conn: sqlite3.Connection, execution_id: str, after_seq: int, limit: int
+) -> list[Event]:
+    rows = conn.execute(
+        f"""SELECT {COLUMNS} FROM events WHERE execution_id = ? AND event_seq > ?
+            ORDER BY event_seq LIMIT ?""",
+        (execution_id, after_seq, limit),
+    ).fetchall()
+    return [to_record(row) for row in rows]
+
+
+def has_type(conn: sqlite3.Connection, execution_id: str, event_type: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM events WHERE execution_id = ? AND type = ? LIMIT 1",
+        (execution_id, event_type),
+    ).fetchone()
+    return row is not None

@@ -1,0 +1,171 @@
+"""The SQLite schema: tables, indexes and the triggers that guard terminal records.
+
+Versioned with `PRAGMA user_version`; `apply_schema` brings a database up to `LATEST`.
+Timestamps are INTEGER microseconds since the epoch (UTC); JSON values are TEXT kept verbatim.
+Must import only the standard library and `rebuno.kernel.domain`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from rebuno.kernel.domain.errors import Unavailable
+
+_TABLES = (
+    """CREATE TABLE agents (
+        id TEXT PRIMARY KEY,
+        webhook_url TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        policy_bundle TEXT,
+        lease_timeout_seconds REAL,
+        registered_at INTEGER NOT NULL
+    )""",
+    """CREATE TABLE executions (
+        id TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL REFERENCES agents (id),
+        agent_version TEXT,
+        input TEXT NOT NULL,
+        status TEXT NOT NULL,
+        output TEXT,
+        failure_reason TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        deadline_at INTEGER,
+        last_event_seq INTEGER NOT NULL
+    )""",
+    """CREATE TABLE events (
+        execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
+        event_seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        occurred_at INTEGER NOT NULL,
+        PRIMARY KEY (execution_id, event_seq)
+    )""",
+    """CREATE TABLE steps (
+        step_id TEXT PRIMARY KEY,
+        execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        occurrence INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        idempotency TEXT NOT NULL,
+        args TEXT,
+        result TEXT,
+        error TEXT,
+        usage_input INTEGER,
+        usage_output INTEGER,
+        proposed_seq INTEGER NOT NULL,
+        started_at INTEGER,
+        completed_at INTEGER,
+        UNIQUE (execution_id, kind, target, args_hash, occurrence)
+    )""",
+    """CREATE TABLE approvals (
+        id TEXT PRIMARY KEY,
+        step_id TEXT NOT NULL,
+        execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
+        status TEXT NOT NULL,
+        approvers TEXT,
+        message TEXT,
+        timeout_at INTEGER NOT NULL,
+        decided_by TEXT,
+        decided_at INTEGER,
+        rationale TEXT,
+        created_at INTEGER NOT NULL
+    )""",
+    """CREATE TABLE dispatches (
+        id TEXT PRIMARY KEY,
+        execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
+        status TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        next_attempt_at INTEGER NOT NULL,
+        locked_by TEXT,
+        locked_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    )""",
+    """CREATE TABLE dispatch_step_counters (
+        dispatch_id TEXT NOT NULL REFERENCES dispatches (id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        consumed INTEGER NOT NULL,
+        PRIMARY KEY (dispatch_id, kind, target, args_hash)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE rate_buckets (
+        key TEXT PRIMARY KEY,
+        tokens REAL NOT NULL,
+        max_tokens REAL NOT NULL,
+        window_seconds REAL NOT NULL,
+        updated_at INTEGER NOT NULL
+    )""",
+)
+
+_INDEXES = (
+    # Partial indexes: the claim and the reaper scan only live rows, in the order they need.
+    """CREATE INDEX dispatches_due ON dispatches (next_attempt_at)
+        WHERE status IN ('pending', 'failed')""",
+    """CREATE INDEX dispatches_in_flight ON dispatches (locked_at) WHERE status = 'in_flight'""",
+    "CREATE INDEX dispatches_execution ON dispatches (execution_id)",
+    "CREATE INDEX steps_execution ON steps (execution_id, proposed_seq)",
+    "CREATE INDEX approvals_status ON approvals (status, timeout_at)",
+    "CREATE INDEX approvals_execution ON approvals (execution_id, created_at)",
+    "CREATE INDEX approvals_step ON approvals (step_id)",
+    "CREATE INDEX executions_status ON executions (status, deadline_at)",
+    "CREATE INDEX executions_agent ON executions (agent_id, id)",
+    """CREATE INDEX executions_retention ON executions (updated_at)
+        WHERE status IN ('completed', 'failed', 'cancelled')""",
+    "CREATE INDEX rate_buckets_updated ON rate_buckets (updated_at)",
+)
+
+# The guards hold against any writer, not just a careful service. Their messages start with a
+# marker the store's edge turns into a domain error (see `errors.py`).
+_TRIGGERS = (
+    """CREATE TRIGGER executions_terminal_guard
+        BEFORE UPDATE OF status, output, failure_reason ON executions
+        WHEN OLD.status IN ('completed', 'failed', 'cancelled')
+            AND (NEW.status IS NOT OLD.status
+                 OR NEW.output IS NOT OLD.output
+                 OR NEW.failure_reason IS NOT OLD.failure_reason)
+        BEGIN SELECT RAISE(ABORT, 'execution_terminal'); END""",
+    """CREATE TRIGGER steps_terminal_guard
+        BEFORE UPDATE OF status, result, error, completed_at ON steps
+        WHEN OLD.status IN ('succeeded', 'failed', 'denied', 'cancelled')
+            AND (NEW.status IS NOT OLD.status
+                 OR NEW.result IS NOT OLD.result
+                 OR NEW.error IS NOT OLD.error
+                 OR NEW.completed_at IS NOT OLD.completed_at)
+        BEGIN SELECT RAISE(ABORT, 'step_terminal'); END""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_TABLES + _INDEXES + _TRIGGERS,)
+"""Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
+
+LATEST = len(MIGRATIONS)
+
+
+def apply_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Applies the missing migrations in one immediate transaction (so two processes opening
+    the same new file cannot both create it)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _user_version(conn)
+        if version > LATEST:
+            raise Unavailable(
+                f"SQLite database {path} has schema version {version}; "
+                f"this kernel knows versions up to {LATEST}"
+            )
+        for number in range(version + 1, LATEST + 1):
+            for statement in MIGRATIONS[number - 1]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _user_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])

@@ -1,0 +1,277 @@
+"""`SqliteStore`: the embedded, single-process backend of the `Store` protocol.
+
+One writer connection, guarded by an asyncio.Lock held for a whole `BEGIN IMMEDIATE` ...
+`COMMIT`, serialises every mutation (so the per-execution lock is implied), and a separate
+read-only connection serves committed reads: on the writer it would see the open
+transaction's uncommitted rows. WAL with `synchronous=NORMAL` survives a process crash,
+which is what the embedded store promises (not a power loss).
+
+SQLite calls run directly on the event loop thread: a statement on a local WAL file takes
+microseconds, less than a hop to a worker thread would cost.
+Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+from rebuno.kernel.domain.errors import Unavailable
+from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
+from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page, Store
+from rebuno.kernel.store.sqlite import (
+    agents,
+    approvals,
+    dispatches,
+    events,
+    executions,
+    rate_buckets,
+    steps,
+)
+from rebuno.kernel.store.sqlite.errors import driver_errors
+from rebuno.kernel.store.sqlite.schema import apply_schema
+from rebuno.kernel.store.sqlite.transaction import SqliteTransaction
+from rebuno.protocol.enums import ApprovalStatus
+
+P = ParamSpec("P")
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+_MEMORY = ":memory:"
+_RETENTION_PAGE = 500
+"""Executions deleted per write transaction, so retention never stalls the writer long."""
+
+
+class SqliteStore:
+    """A SQLite database file (or `":memory:"`: a private temporary file removed on close)."""
+
+    def __init__(self, path: str) -> None:
+        self._requested = path
+        self._path = path
+        self._tempdir: str | None = None
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._write_lock = asyncio.Lock()
+        self._leaders: set[str] = set()
+
+    @property
+    def path(self) -> str:
+        """The database file; for `":memory:"`, the temporary file once open."""
+        return self._path
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def open(self) -> None:
+        self._path = self._prepare_path()
+        writer: sqlite3.Connection | None = None
+        try:
+            writer = _connect(self._path)
+            apply_schema(writer, self._path)
+            self._reader = _connect(self._path, read_only=True)
+        except sqlite3.Error as exc:
+            if writer is not None:
+                writer.close()
+            raise Unavailable(f"cannot open SQLite database {self._path}: {exc}") from exc
+        self._writer = writer
+
+    def _prepare_path(self) -> str:
+        if self._requested == _MEMORY:
+            # A real file, not SQLite's in-memory mode: the reader must see the writer's data.
+            self._tempdir = tempfile.mkdtemp(prefix="rebuno-")
+            return str(Path(self._tempdir) / "kernel.db")
+        try:
+            Path(self._requested).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unavailable(f"cannot create the directory of {self._requested}: {exc}") from exc
+        return self._requested
+
+    async def close(self) -> None:
+        async with self._write_lock:
+            for conn in (self._reader, self._writer):
+                if conn is not None:
+                    conn.close()
+            self._reader = self._writer = None
+            if self._tempdir is not None:
+                shutil.rmtree(self._tempdir, ignore_errors=True)
+                self._tempdir = None
+
+    async def ping(self) -> None:
+        self._read(_select_one)
+
+    # -- transactions --------------------------------------------------------------------
+    @asynccontextmanager
+    async def transaction(
+        self, execution_id: str | None = None
+    ) -> AsyncIterator[SqliteTransaction]:
+        # The single writer serialises every transaction, so `execution_id` needs no lock
+        # of its own here.
+        async with self._write() as conn:
+            yield SqliteTransaction(conn, self._path)
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[sqlite3.Connection]:
+        async with self._write_lock:
+            conn = self._connection(self._writer)
+            with driver_errors(self._path):
+                conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                self._rollback(conn)
+                raise
+            try:
+                with driver_errors(self._path):
+                    conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn)
+                raise
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            # The original exception is the one worth raising; the connection stays usable
+            # because SQLite ends the transaction on a failed rollback anyway.
+            log.warning("rollback failed on SQLite database %s: %s", self._path, exc)
+
+    @asynccontextmanager
+    async def leader(self, key: str) -> AsyncIterator[bool]:
+        # One process is the only possible holder: a set of held keys is the whole lock.
+        if key in self._leaders:
+            yield False
+            return
+        self._leaders.add(key)
+        try:
+            yield True
+        finally:
+            self._leaders.discard(key)
+
+    # -- committed reads -----------------------------------------------------------------
+    def _connection(self, conn: sqlite3.Connection | None) -> sqlite3.Connection:
+        if conn is None:
+            raise Unavailable(f"SQLite database {self._path} is not open")
+        return conn
+
+    def _read(
+        self,
+        query: Callable[Concatenate[sqlite3.Connection, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        conn = self._connection(self._reader)
+        with driver_errors(self._path):
+            return query(conn, *args, **kwargs)
+
+    async def get_execution(self, execution_id: str) -> Execution:
+        return self._read(executions.get, execution_id)
+
+    async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
+        return self._read(executions.list_page, flt)
+
+    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
+        return self._read(events.list_after, execution_id, after_seq, limit)
+
+    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
+        return self._read(steps.list_for, execution_id, status)
+
+    async def get_step(self, step_id: str) -> Step | None:
+        return self._read(steps.find, step_id)
+
+    async def get_agent(self, agent_id: str) -> Agent:
+        return self._read(agents.get, agent_id)
+
+    async def list_agents(self) -> list[Agent]:
+        return self._read(agents.list_all)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return self._read(approvals.get, approval_id)
+
+    async def list_approvals(
+        self, status: ApprovalStatus | None, execution_id: str | None
+    ) -> list[Approval]:
+        return self._read(approvals.list_matching, status, execution_id)
+
+    # -- dispatch queue ------------------------------------------------------------------
+    async def claim_dispatches(
+        self, replica_id: str, limit: int, now: datetime
+    ) -> list[ClaimedDispatch]:
+        if limit <= 0:
+            return []
+        async with self._write() as conn:
+            with driver_errors(self._path):
+                return dispatches.claim(conn, replica_id, limit, now)
+
+    async def next_dispatch_due(self) -> datetime | None:
+        return self._read(dispatches.next_due)
+
+    async def watch_dispatches(self, wake: Callable[[], None]) -> None:
+        # Every enqueuer lives in this process and wakes its own loop.
+        return
+
+    async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:
+        total = 0
+        while True:
+            # One page per transaction, so a large backlog never holds the writer for long.
+            async with self._write() as conn:
+                with driver_errors(self._path):
+                    reclaimed = dispatches.reclaim_page(conn, now, default_lease)
+            total += reclaimed
+            if reclaimed < dispatches.RECLAIM_PAGE:
+                return total
+
+    # -- background sweeps ---------------------------------------------------------------
+    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:
+        return self._read(approvals.list_expired, now, limit)
+
+    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]:
+        return self._read(executions.list_overdue, now, limit)
+
+    async def delete_terminal_before(self, cutoff: datetime) -> int:
+        total = 0
+        while True:
+            async with self._write() as conn:
+                with driver_errors(self._path):
+                    deleted = executions.delete_terminal_before(conn, cutoff, _RETENTION_PAGE)
+            total += deleted
+            if deleted < _RETENTION_PAGE:
+                break
+        async with self._write() as conn:
+            with driver_errors(self._path):
+                rate_buckets.delete_before(conn, cutoff)
+        return total
+
+
+def _connect(path: str, read_only: bool = False) -> sqlite3.Connection:
+    # isolation_level=None: the store issues BEGIN/COMMIT itself.
+    conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+    try:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.DatabaseError(f"WAL journal mode unavailable (got {mode})")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        if read_only:
+            conn.execute("PRAGMA query_only = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _select_one(conn: sqlite3.Connection) -> None:
+    conn.execute("SELECT 1").fetchone()
+
+
+def _conforms(path: str) -> Store:
+    """Never called: makes mypy check `SqliteStore` against the `Store` protocol."""
+    return SqliteStore(path)

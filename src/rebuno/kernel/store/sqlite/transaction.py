@@ -1,0 +1,159 @@
+"""`SqliteTransaction`: the `Transaction` protocol over the writer connection.
+
+Every method runs inside the store's open `BEGIN IMMEDIATE` transaction, so reads here see
+this transaction's own writes. Calls run directly on the event loop thread (see `store.py`).
+Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this package.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Concatenate, ParamSpec, TypeVar
+
+from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
+from rebuno.kernel.store.base import StepIdFn, StepKey, Submission
+from rebuno.kernel.store.sqlite import (
+    agents,
+    approvals,
+    dispatches,
+    executions,
+    rate_buckets,
+    steps,
+)
+from rebuno.kernel.store.sqlite import events as event_log
+from rebuno.kernel.store.sqlite.errors import driver_errors
+from rebuno.protocol.enums import ApprovalStatus, StepStatus
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class SqliteTransaction:
+    """One unit of work on the single writer connection; the store commits or rolls back."""
+
+    __slots__ = ("_conn", "_path")
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn = conn
+        self._path = path
+
+    def _run(
+        self,
+        query: Callable[Concatenate[sqlite3.Connection, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        with driver_errors(self._path):
+            return query(self._conn, *args, **kwargs)
+
+    # -- reads under the lock ------------------------------------------------------------
+    async def get_execution(self, execution_id: str) -> Execution:
+        return self._run(executions.get, execution_id)
+
+    async def load_submission(
+        self, execution_id: str, lease: Lease, key: StepKey, step_id_for: StepIdFn, now: datetime
+    ) -> Submission:
+        return self._run(_load_submission, execution_id, lease, key, step_id_for, now)
+
+    async def get_step(self, step_id: str) -> Step | None:
+        return self._run(steps.find, step_id)
+
+    async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
+        return self._run(dispatches.find, dispatch_id)
+
+    async def get_agent(self, agent_id: str) -> Agent:
+        return self._run(agents.get, agent_id)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return self._run(approvals.get, approval_id)
+
+    async def pending_approval_for_step(self, step_id: str) -> Approval | None:
+        return self._run(approvals.pending_for_step, step_id)
+
+    async def list_pending_approvals(self, execution_id: str) -> list[Approval]:
+        return self._run(approvals.list_matching, ApprovalStatus.PENDING, execution_id)
+
+    async def list_steps_with_status(self, execution_id: str, status: StepStatus) -> list[Step]:
+        return self._run(steps.list_for, execution_id, status.value)
+
+    async def has_indeterminate_step(self, execution_id: str, key: StepKey) -> bool:
+        return self._run(steps.has_indeterminate, execution_id, key)
+
+    async def has_event_of_type(self, execution_id: str, event_type: str) -> bool:
+        return self._run(event_log.has_type, execution_id, event_type)
+
+    async def spent_tokens(self, execution_id: str) -> int:
+        return self._run(steps.spent_tokens, execution_id)
+
+    async def renew_lease(self, execution_id: str, lease: Lease, now: datetime) -> bool:
+        return self._run(dispatches.renew_lease, execution_id, lease, now)
+
+    async def take_rate_token(
+        self, key: str, max_calls: int, window_seconds: float, now: datetime
+    ) -> float | None:
+        return self._run(rate_buckets.take, key, max_calls, window_seconds, now)
+
+    # -- writes --------------------------------------------------------------------------
+    async def insert_execution(self, execution: Execution) -> None:
+        self._run(executions.insert, execution)
+
+    async def update_execution(self, execution: Execution) -> None:
+        self._run(executions.update, execution)
+
+    async def append_events(self, events: Sequence[Event]) -> None:
+        self._run(event_log.append, events)
+
+    async def insert_step(self, step: Step) -> None:
+        self._run(steps.insert, step)
+
+    async def update_step(self, step: Step) -> None:
+        self._run(steps.update, step)
+
+    async def set_occurrence(self, dispatch_id: str, key: StepKey, consumed: int) -> None:
+        self._run(dispatches.set_occurrence, dispatch_id, key, consumed)
+
+    async def insert_dispatch(self, dispatch: Dispatch) -> None:
+        # One process holds every dispatch loop, so the service's own wake-up suffices.
+        self._run(dispatches.insert, dispatch)
+
+    async def retire_dispatches(self, execution_id: str, now: datetime) -> None:
+        self._run(dispatches.retire, execution_id, now)
+
+    async def update_dispatch(self, dispatch: Dispatch) -> None:
+        self._run(dispatches.update, dispatch)
+
+    async def insert_approval(self, approval: Approval) -> None:
+        self._run(approvals.insert, approval)
+
+    async def update_approval(self, approval: Approval) -> None:
+        self._run(approvals.update, approval)
+
+    async def upsert_agent(self, agent: Agent, keep_bundle: bool) -> Agent:
+        return self._run(agents.upsert, agent, keep_bundle)
+
+    async def delete_agent(self, agent_id: str) -> None:
+        self._run(agents.delete, agent_id)
+
+    async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
+        self._run(agents.set_policy_bundle, agent_id, bundle)
+
+
+def _load_submission(
+    conn: sqlite3.Connection,
+    execution_id: str,
+    lease: Lease,
+    key: StepKey,
+    step_id_for: StepIdFn,
+    now: datetime,
+) -> Submission:
+    execution = executions.get(conn, execution_id)
+    lease_live = dispatches.renew_lease(conn, execution_id, lease, now)
+    occurrence = dispatches.next_occurrence(conn, lease.dispatch_id, key)
+    return Submission(
+        execution=execution,
+        lease_live=lease_live,
+        occurrence=occurrence,
+        existing=steps.find(conn, step_id_for(occurrence)),
+    )
