@@ -1,0 +1,104 @@
+"""Behaviour of the SQLite backend only: files, `:memory:`, schema version, single process."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rebuno.kernel.domain.errors import Unavailable
+from rebuno.kernel.store.sqlite import SqliteStore
+from rebuno.kernel.store.sqlite.schema import LATEST
+from tests.store.builders import seed_execution
+
+
+async def test_open_creates_the_parent_directory(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "deeper" / "kernel.db"
+    store = SqliteStore(str(path))
+
+    await store.open()
+    await store.close()
+
+    assert path.is_file()
+
+
+async def test_data_survives_closing_and_reopening(tmp_path: Path) -> None:
+    path = str(tmp_path / "kernel.db")
+    first = SqliteStore(path)
+    await first.open()
+    created = await seed_execution(first)
+    await first.close()
+
+    second = SqliteStore(path)
+    await second.open()
+    try:
+        assert await second.get_execution(created.id) == created
+    finally:
+        await second.close()
+
+
+async def test_memory_store_is_a_private_file_removed_on_close() -> None:
+    store = SqliteStore(":memory:")
+    await store.open()
+    created = await seed_execution(store)
+    assert await store.get_execution(created.id) == created
+    path = Path(store.path)
+    assert path.is_file()
+
+    await store.close()
+
+    assert not path.parent.exists()
+
+
+async def test_a_corrupt_file_is_unavailable_naming_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not a database, not even close" * 200)
+
+    with pytest.raises(Unavailable, match=str(path)):
+        await SqliteStore(str(path)).open()
+
+
+async def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {LATEST + 1}")
+
+    with pytest.raises(Unavailable, match="schema version"):
+        await SqliteStore(str(path)).open()
+
+
+async def test_the_schema_is_versioned_and_uses_wal(tmp_path: Path) -> None:
+    path = tmp_path / "kernel.db"
+    store = SqliteStore(str(path))
+    await store.open()
+    await store.close()
+
+    conn = sqlite3.connect(path)
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        conn.close()
+    assert (version, mode) == (LATEST, "wal")
+
+
+async def test_a_closed_store_is_unavailable(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "kernel.db"))
+    await store.open()
+    await store.close()
+
+    with pytest.raises(Unavailable):
+        await store.ping()
+    with pytest.raises(Unavailable):
+        async with store.transaction():
+            pass
+
+
+async def test_sqlite_watch_dispatches_returns_at_once(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "kernel.db"))
+    woken: list[None] = []
+
+    await store.watch_dispatches(lambda: woken.append(None))
+
+    assert woken == []

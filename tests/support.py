@@ -1,0 +1,49 @@
+"""Test support shared by every suite: a controllable clock and the `wait_until` poller.
+
+Imports nothing from rebuno, so any suite may use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+_POLL_INTERVAL = 0.01
+
+
+class ManualClock:
+    """A clock that moves only when told to; `now()` is an aware UTC datetime."""
+
+    def __init__(self, start: datetime = START) -> None:
+        self._now = start
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, delta: timedelta) -> datetime:
+        self._now += delta
+        return self._now
+
+
+async def wait_until(
+    condition: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 5.0,
+    message: str | None = None,
+) -> None:
+    """Polls `condition` (sync or async) with short sleeps until it holds; fails the test
+    with a message after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        outcome = condition()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
+            return
+        if loop.time() >= deadline:
+            what = message or getattr(condition, "__name__", repr(condition))
+            raise AssertionError(f"timed out after {timeout}s waiting until: {what}")
+        await asyncio.sleep(_POLL_INTERVAL)
