@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import timedelta
 
 import orjson
@@ -27,7 +27,7 @@ def delta_frame(delta: Delta) -> bytes:
 
 async def sse_frames(
     subscription: Subscription, keepalive: timedelta = DEFAULT_KEEPALIVE
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Frames for an entered subscription, until the consumer stops iterating."""
     yield OK_FRAME
     timeout = keepalive.total_seconds()

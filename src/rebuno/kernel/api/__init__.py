@@ -1,0 +1,1 @@
+"""The kernel's HTTP edge: the route table, auth, body limits, error envelopes, JSON shapes."""

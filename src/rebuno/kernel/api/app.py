@@ -1,0 +1,40 @@
+"""The route table: `create_app` wires every route group to one `Kernel`.
+
+The app has no lifespan of its own; the server owns start-up and shutdown. Must not import a
+store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute
+
+from rebuno.kernel.api.auth import Authenticator, Gate
+from rebuno.kernel.api.errors import http_exception_handler
+from rebuno.kernel.api.routes.agents import AgentRoutes
+from rebuno.kernel.api.routes.approvals import ApprovalRoutes
+from rebuno.kernel.api.routes.executions import ExecutionRoutes
+from rebuno.kernel.api.routes.operational import OperationalRoutes
+from rebuno.kernel.api.routes.policies import PolicyRoutes
+from rebuno.kernel.api.routes.steps import StepRoutes
+from rebuno.kernel.api.routes.stream import StreamRoutes
+from rebuno.kernel.config import Settings
+from rebuno.kernel.service.kernel import Kernel
+
+
+def create_app(kernel: Kernel, settings: Settings) -> Starlette:
+    gate = Gate(settings, Authenticator(settings, kernel.agent_secret, kernel.clock))
+    routes: list[BaseRoute] = [
+        *ExecutionRoutes(kernel, gate).routes(),
+        *StepRoutes(kernel, gate).routes(),
+        *StreamRoutes(kernel, gate, settings.sse_keepalive).routes(),
+        *AgentRoutes(kernel, gate).routes(),
+        *PolicyRoutes(kernel, gate).routes(),
+        *ApprovalRoutes(kernel, gate).routes(),
+        *OperationalRoutes(kernel, gate).routes(),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_exception_handler})
+    # A trailing-slash redirect would be a 3xx, which SDK 0.29.2 treats as an error anyway.
+    app.router.redirect_slashes = False
+    return app

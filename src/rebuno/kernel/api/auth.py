@@ -1,0 +1,196 @@
+"""Who is calling: bearer clients and HMAC-signed agents (§2), behind the body cap (§3.3).
+
+Every route enters through `Gate`: the body is read under the size cap first, then the caller
+is authenticated. Bearer tokens and agent secrets are compared in constant time and are never
+logged or echoed. Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.requests import Request
+
+from rebuno.kernel.api.body import read_body
+from rebuno.kernel.config import Settings
+from rebuno.kernel.domain.errors import Unauthorized
+from rebuno.protocol.signing import (
+    AGENT_ID_HEADER,
+    BODY_SCHEME_PREFIX,
+    DISPATCH_ATTEMPT_HEADER,
+    DISPATCH_ID_HEADER,
+    REQUEST_SCHEME_PREFIX,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    verify_body,
+    verify_request,
+)
+
+SecretLookup = Callable[[str], Awaitable[str | None]]
+BEARER_PREFIX = "Bearer "
+_SIGNATURE_FAILED = "unauthorized: agent signature does not verify"
+
+
+@dataclass(frozen=True, slots=True)
+class SignedFields:
+    """The header values a `v1=` signature covers, each present at most once."""
+
+    timestamp: str
+    dispatch_id: str
+    attempt: str
+
+
+class Authenticator:
+    """Checks bearer tokens and agent signatures against the settings and agent secrets."""
+
+    def __init__(
+        self, settings: Settings, secret_of: SecretLookup, clock: Callable[[], datetime]
+    ) -> None:
+        self._dev = settings.dev
+        token = settings.bearer_token or ""
+        self._expected = (BEARER_PREFIX + token).encode("utf-8") if token else None
+        self._accept_body_scheme = settings.accept_body_signatures
+        self._secret_of = secret_of
+        self._clock = clock
+
+    def require_bearer(self, headers: Headers) -> None:
+        """Raises `Unauthorized` unless the request carries the configured token (dev: any)."""
+        if self._dev:
+            return
+        values = headers.getlist("authorization")
+        if len(values) != 1 or self._expected is None:
+            raise Unauthorized("unauthorized: missing or invalid bearer token")
+        # Header text arrives latin-1 decoded; encoding it back gives the bytes as sent.
+        received = values[0].encode("latin-1", "replace")
+        if not hmac.compare_digest(received, self._expected):
+            raise Unauthorized("unauthorized: missing or invalid bearer token")
+
+    async def require_agent(self, request: Request, body: bytes) -> str:
+        """The authenticated agent id, or `Unauthorized`."""
+        headers = request.headers
+        agent_id = _exactly_once(headers, AGENT_ID_HEADER)
+        signature = _exactly_once(headers, SIGNATURE_HEADER)
+        fields = _signed_fields(headers)
+        secret = await self._secret_of(agent_id)
+        if secret is None:
+            raise Unauthorized(_SIGNATURE_FAILED)
+        if signature.startswith(REQUEST_SCHEME_PREFIX):
+            verified = self._verify_request(request.scope, secret, fields, body, signature)
+        elif signature.startswith(BODY_SCHEME_PREFIX) and self._accept_body_scheme:
+            verified = verify_body(secret, body, signature)
+        else:
+            raise Unauthorized("unauthorized: unsupported Rebuno-Signature scheme")
+        if not verified:
+            raise Unauthorized(_SIGNATURE_FAILED)
+        return agent_id
+
+    def _verify_request(
+        self,
+        scope: Mapping[str, Any],
+        secret: str,
+        fields: SignedFields,
+        body: bytes,
+        signature: str,
+    ) -> bool:
+        return verify_request(
+            secret,
+            str(scope["method"]),
+            request_target(scope),
+            fields.timestamp,
+            fields.dispatch_id,
+            fields.attempt,
+            body,
+            signature,
+            now=self._clock().timestamp(),
+        )
+
+
+def is_agent_request(headers: Headers) -> bool:
+    """A request with agent headers is authenticated as an agent, never as a client (§2.4)."""
+    return AGENT_ID_HEADER in headers or SIGNATURE_HEADER in headers
+
+
+def request_target(scope: Mapping[str, Any]) -> bytes:
+    """The request target exactly as received: raw path, then `?` and the raw query."""
+    raw_path = scope.get("raw_path") or str(scope["path"]).encode("utf-8")
+    query = scope.get("query_string") or b""
+    return bytes(raw_path) + b"?" + bytes(query) if query else bytes(raw_path)
+
+
+def _exactly_once(headers: Headers, name: str) -> str:
+    values = headers.getlist(name)
+    if not values or not values[0]:
+        raise Unauthorized(f"unauthorized: missing {name}")
+    if len(values) > 1:
+        raise Unauthorized(f"unauthorized: {name} given more than once")
+    _reject_line_breaks(name, values[0])
+    return values[0]
+
+
+def _at_most_once(headers: Headers, name: str) -> str:
+    values = headers.getlist(name)
+    if len(values) > 1:
+        raise Unauthorized(f"unauthorized: {name} given more than once")
+    value = values[0] if values else ""
+    _reject_line_breaks(name, value)
+    return value
+
+
+def _reject_line_breaks(name: str, value: str) -> None:
+    if "\r" in value or "\n" in value:
+        raise Unauthorized(f"unauthorized: {name} contains a line break")
+
+
+def _signed_fields(headers: Headers) -> SignedFields:
+    return SignedFields(
+        timestamp=_at_most_once(headers, TIMESTAMP_HEADER),
+        dispatch_id=_at_most_once(headers, DISPATCH_ID_HEADER),
+        attempt=_at_most_once(headers, DISPATCH_ATTEMPT_HEADER),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated request: its body, and the agent id when an agent signed it."""
+
+    body: bytes
+    agent_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCaller:
+    """A request signed by an agent."""
+
+    body: bytes
+    agent_id: str
+
+
+class Gate:
+    """The entry of every route: the body cap first, then authentication."""
+
+    def __init__(self, settings: Settings, authenticator: Authenticator) -> None:
+        self._limit = settings.max_body_bytes
+        self._auth = authenticator
+
+    async def client(self, request: Request) -> bytes:
+        body = await read_body(request, self._limit)
+        self._auth.require_bearer(request.headers)
+        return body
+
+    async def agent(self, request: Request) -> AgentCaller:
+        body = await read_body(request, self._limit)
+        return AgentCaller(body, await self._auth.require_agent(request, body))
+
+    async def client_or_agent(self, request: Request) -> Caller:
+        if is_agent_request(request.headers):
+            agent = await self.agent(request)
+            return Caller(agent.body, agent.agent_id)
+        return Caller(await self.client(request), None)
+
+    async def anyone(self, request: Request) -> bytes:
+        return await read_body(request, self._limit)

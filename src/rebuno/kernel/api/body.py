@@ -1,0 +1,107 @@
+"""Reading request bodies under the size cap, and reading fields out of a JSON body.
+
+The cap (§3.3) is enforced from `Content-Length` before anything is read and again while a
+chunked body streams in, before any signature is checked. Bodies are parsed with the
+literal-preserving decoder, and JSON fields handed to the service are canonical text.
+Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+
+from rebuno.kernel.domain.errors import PayloadTooLarge, ValidationFailed
+from rebuno.kernel.domain.records import RawJson
+from rebuno.protocol.canonical import JsonNumber, dumps, loads
+
+JsonObject = dict[str, Any]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, or `PayloadTooLarge` as soon as it is known to exceed `limit` bytes."""
+    declared = request.headers.get("content-length", "").strip()
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"request body is larger than {limit} bytes")
+
+
+def parse_object(body: bytes) -> JsonObject:
+    """The body as a JSON object; empty, malformed or non-object bodies are a 400."""
+    if not body.strip():
+        raise ValidationFailed("validation error: request body is required")
+    try:
+        value = loads(body)
+    except ValueError as exc:
+        raise ValidationFailed(f"validation error: invalid JSON body: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValidationFailed("validation error: request body must be a JSON object")
+    return value
+
+
+def is_text(value: object) -> bool:
+    """A JSON string (number literals are `str` subclasses, and are not text)."""
+    return isinstance(value, str) and not isinstance(value, JsonNumber)
+
+
+def text_field(body: JsonObject, key: str, *, required: bool = False) -> str:
+    """A string member; absent or null reads as `""`, any other type is a 400."""
+    value = body.get(key)
+    if value is None:
+        value = ""
+    if not is_text(value):
+        raise ValidationFailed(f"validation error: {key} must be a string")
+    if required and not value:
+        raise ValidationFailed(f"validation error: {key} is required")
+    return str(value)
+
+
+def raw_field(body: JsonObject, key: str) -> RawJson | None:
+    """A member of any JSON type as canonical text; None when the member is absent."""
+    if key not in body:
+        return None
+    return dumps(body[key])
+
+
+def integer_field(body: JsonObject, key: str) -> int:
+    value = body.get(key)
+    if not isinstance(value, JsonNumber) or not _is_integer_literal(value):
+        raise ValidationFailed(f"validation error: {key} must be an integer")
+    return int(value)
+
+
+def number_field(body: JsonObject, key: str) -> float | None:
+    """A number member; None when absent or null."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, JsonNumber):
+        raise ValidationFailed(f"validation error: {key} must be a number")
+    return float(value)
+
+
+def _is_integer_literal(literal: str) -> bool:
+    return not any(mark in literal for mark in ".eE")
+
+
+def is_empty(value: object) -> bool:
+    """Whether an extension field carries nothing (absent, null, "", [] or {})."""
+    return value is None or value in ("", [], {})
+
+
+def reject_present(body: JsonObject, keys: tuple[str, ...], why: str) -> None:
+    for key in keys:
+        if not is_empty(body.get(key)):
+            raise ValidationFailed(f"validation error: {key} is not supported: {why}")

@@ -1,0 +1,100 @@
+"""Path ids, query parameters and lease headers, parsed as §3.3 and §5 say.
+
+Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from starlette.datastructures import Headers, QueryParams
+
+from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.domain.records import Lease
+from rebuno.protocol.signing import DISPATCH_ATTEMPT_HEADER, DISPATCH_ID_HEADER
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# The forms Go's uuid.Parse takes; Python's uuid.UUID alone would also take stray hyphens
+# and underscores anywhere in the text.
+_UUID = re.compile(
+    r"(?:urn:uuid:)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    r"|\{([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\}"
+    r"|([0-9a-f]{32})",
+    re.IGNORECASE,
+)
+
+
+def parse_uuid(value: str, what: str) -> str:
+    """A UUID in any case, passed on in its canonical lowercase form."""
+    match = _UUID.fullmatch(value)
+    if match is None:
+        raise ValidationFailed(f"validation error: invalid {what}: not a UUID")
+    return str(uuid.UUID(next(group for group in match.groups() if group)))
+
+
+def first(params: QueryParams, key: str) -> str:
+    """The first value of a query parameter, `""` when absent."""
+    values = params.getlist(key)
+    return values[0] if values else ""
+
+
+def _integer(text: str) -> int | None:
+    return int(text) if _INTEGER.fullmatch(text) else None
+
+
+def page_limit(params: QueryParams, *, default: int, maximum: int, strict: bool) -> int:
+    """`limit`: absent or <= 0 gives the default, above the maximum gives the maximum. A
+    non-integer is a 400 when `strict`, otherwise the default."""
+    text = first(params, "limit")
+    if not text:
+        return default
+    value = _integer(text)
+    if value is None:
+        if strict:
+            raise ValidationFailed("validation error: limit must be an integer")
+        return default
+    if value <= 0:
+        return default
+    return min(value, maximum)
+
+
+def after_seq(params: QueryParams) -> int:
+    """`after_seq`: a non-integer reads as 0, as the reference kernel does."""
+    value = _integer(first(params, "after_seq"))
+    return max(value or 0, 0)
+
+
+def optional_uuid(params: QueryParams, key: str) -> str | None:
+    text = first(params, key)
+    return parse_uuid(text, key) if text else None
+
+
+def required_lease(headers: Headers) -> Lease:
+    """The `(Rebuno-Dispatch-Id, Rebuno-Dispatch-Attempt)` pair a mutating agent route needs."""
+    dispatch_id = _single(headers, DISPATCH_ID_HEADER)
+    attempt = _single(headers, DISPATCH_ATTEMPT_HEADER)
+    if dispatch_id is None:
+        raise ValidationFailed(f"validation error: missing {DISPATCH_ID_HEADER}")
+    if attempt is None:
+        raise ValidationFailed(f"validation error: missing {DISPATCH_ATTEMPT_HEADER}")
+    number = _integer(attempt.strip())
+    if number is None or number < 1:
+        raise ValidationFailed(
+            f"validation error: invalid {DISPATCH_ATTEMPT_HEADER}: must be an integer >= 1"
+        )
+    return Lease(dispatch_id=parse_uuid(dispatch_id.strip(), DISPATCH_ID_HEADER), attempt=number)
+
+
+def optional_lease(headers: Headers) -> Lease | None:
+    """The lease when either header is sent (then both must be valid), else None."""
+    if DISPATCH_ID_HEADER in headers or DISPATCH_ATTEMPT_HEADER in headers:
+        return required_lease(headers)
+    return None
+
+
+def _single(headers: Headers, name: str) -> str | None:
+    values = headers.getlist(name)
+    if len(values) > 1:
+        raise ValidationFailed(f"validation error: {name} given more than once")
+    return values[0] if values else None

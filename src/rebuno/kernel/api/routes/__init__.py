@@ -1,0 +1,1 @@
+"""One module per resource; each route parses, calls one service method, and renders."""

@@ -1,0 +1,73 @@
+"""Agent administration (§5.3, bearer) and the agent's own metadata route (§21.3, HMAC).
+
+The secret goes in with a registration and never comes back out. Must not import a store
+backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from rebuno.kernel.api.auth import Gate
+from rebuno.kernel.api.body import is_text, number_field, parse_object, text_field
+from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.schemas import json_response, no_content, render_agent
+from rebuno.kernel.domain.errors import Forbidden, ValidationFailed
+from rebuno.kernel.service.kernel import Kernel
+
+
+class AgentRoutes:
+    def __init__(self, kernel: Kernel, gate: Gate) -> None:
+        self._kernel = kernel
+        self._gate = gate
+
+    def routes(self) -> list[BaseRoute]:
+        one = "/v0/agents/{agent_id}"
+        return [
+            Route("/v0/agents", guarded(self.register), methods=["POST"]),
+            Route("/v0/agents", guarded(self.list), methods=["GET"]),
+            Route(one, guarded(self.get), methods=["GET"]),
+            Route(one, guarded(self.delete), methods=["DELETE"]),
+            Route(one + "/metadata", guarded(self.metadata), methods=["PUT"]),
+        ]
+
+    async def register(self, request: Request) -> Response:
+        body = parse_object(await self._gate.client(request))
+        bundle = body.get("policy_bundle")
+        if bundle is not None and not is_text(bundle):
+            raise ValidationFailed("validation error: policy_bundle must be a string")
+        agent = await self._kernel.register_agent(
+            text_field(body, "id", required=True),
+            text_field(body, "webhook_url", required=True),
+            text_field(body, "secret", required=True),
+            number_field(body, "lease_timeout_seconds"),
+            str(bundle) if bundle else None,
+            # An absent bundle keeps the stored one; an explicit "" removes it (§5.3).
+            keep_bundle=bundle is None,
+        )
+        return json_response(render_agent(agent), 201)
+
+    async def list(self, request: Request) -> Response:
+        await self._gate.client(request)
+        agents = await self._kernel.list_agents()
+        return json_response([render_agent(agent) for agent in agents])
+
+    async def get(self, request: Request) -> Response:
+        await self._gate.client(request)
+        agent = await self._kernel.get_agent(request.path_params["agent_id"])
+        return json_response(render_agent(agent))
+
+    async def delete(self, request: Request) -> Response:
+        await self._gate.client(request)
+        await self._kernel.delete_agent(request.path_params["agent_id"])
+        return no_content()
+
+    async def metadata(self, request: Request) -> Response:
+        """§21.3: accepted so SDK 0.29.2 starts quietly; the kernel has no use for it yet."""
+        caller = await self._gate.agent(request)
+        if caller.agent_id != request.path_params["agent_id"]:
+            raise Forbidden("forbidden: an agent may only describe itself")
+        parse_object(caller.body)
+        return no_content()

@@ -1,0 +1,147 @@
+"""Execution routes: create, list, read, events, cancel (bearer), and the agent's heartbeat,
+complete and fail (HMAC with a lease), §5.1 and §5.2.
+
+Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from rebuno.kernel.api import params
+from rebuno.kernel.api.auth import Gate
+from rebuno.kernel.api.body import parse_object, raw_field, reject_present, text_field
+from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.schemas import (
+    json_response,
+    no_content,
+    render_event,
+    render_execution,
+    render_execution_page,
+)
+from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.store.base import ExecutionFilter
+from rebuno.protocol.enums import ExecutionStatus
+
+# Later-extension fields of `POST /v0/executions` (§21.3): refused rather than silently
+# ignored, since ignoring idempotency or session semantics would mislead the caller.
+CREATE_EXTENSIONS = (
+    "session",
+    "parent_execution_id",
+    "idempotency_key",
+    "spawned_by",
+    "on_behalf_of",
+)
+LIST_LIMIT = (50, 200)
+EVENTS_LIMIT = (100, 1000)
+
+
+def execution_id(request: Request) -> str:
+    return params.parse_uuid(request.path_params["execution_id"], "execution id")
+
+
+def execution_status(text: str) -> ExecutionStatus | None:
+    if not text:
+        return None
+    try:
+        return ExecutionStatus(text)
+    except ValueError:
+        raise ValidationFailed(f"validation error: unknown execution status {text!r}") from None
+
+
+class ExecutionRoutes:
+    def __init__(self, kernel: Kernel, gate: Gate) -> None:
+        self._kernel = kernel
+        self._gate = gate
+
+    def routes(self) -> list[BaseRoute]:
+        base = "/v0/executions"
+        one = base + "/{execution_id}"
+        return [
+            Route(base, guarded(self.create), methods=["POST"]),
+            Route(base, guarded(self.list), methods=["GET"]),
+            Route(one, guarded(self.get), methods=["GET"]),
+            Route(one + "/events", guarded(self.events), methods=["GET"]),
+            Route(one + "/cancel", guarded(self.cancel), methods=["POST"]),
+            Route(one + "/previous", guarded(self.previous), methods=["GET"]),
+            Route(one + "/heartbeat", guarded(self.heartbeat), methods=["POST"]),
+            Route(one + "/complete", guarded(self.complete), methods=["POST"]),
+            Route(one + "/fail", guarded(self.fail), methods=["POST"]),
+        ]
+
+    async def create(self, request: Request) -> Response:
+        body = parse_object(await self._gate.client(request))
+        reject_present(body, CREATE_EXTENSIONS, "this kernel has no sessions or sub-executions")
+        execution = await self._kernel.create_execution(
+            text_field(body, "agent_id", required=True),
+            raw_field(body, "input") or "null",
+            text_field(body, "agent_version") or None,
+        )
+        return json_response(render_execution(execution), 201)
+
+    async def list(self, request: Request) -> Response:
+        await self._gate.client(request)
+        query = request.query_params
+        default, maximum = LIST_LIMIT
+        flt = ExecutionFilter(
+            agent_id=params.first(query, "agent_id") or None,
+            status=execution_status(params.first(query, "status")),
+            cursor=params.optional_uuid(query, "cursor"),
+            limit=params.page_limit(query, default=default, maximum=maximum, strict=True),
+        )
+        return json_response(render_execution_page(await self._kernel.list_executions(flt)))
+
+    async def get(self, request: Request) -> Response:
+        caller = await self._gate.client_or_agent(request)
+        execution = await self._kernel.get_execution(execution_id(request), caller.agent_id)
+        return json_response(render_execution(execution))
+
+    async def events(self, request: Request) -> Response:
+        await self._gate.client(request)
+        default, maximum = EVENTS_LIMIT
+        query = request.query_params
+        events = await self._kernel.list_events(
+            execution_id(request),
+            params.after_seq(query),
+            params.page_limit(query, default=default, maximum=maximum, strict=False),
+        )
+        return json_response([render_event(event) for event in events])
+
+    async def cancel(self, request: Request) -> Response:
+        await self._gate.client(request)
+        await self._kernel.cancel_execution(execution_id(request))
+        return no_content()
+
+    async def previous(self, request: Request) -> Response:
+        """§21.3: there are no parent executions here, so there is never a previous state."""
+        caller = await self._gate.client_or_agent(request)
+        await self._kernel.get_execution(execution_id(request), caller.agent_id)
+        return json_response({"state": None})
+
+    async def heartbeat(self, request: Request) -> Response:
+        caller = await self._gate.agent(request)
+        target, lease = execution_id(request), params.required_lease(request.headers)
+        await self._kernel.heartbeat(target, caller.agent_id, lease)
+        return no_content()
+
+    async def complete(self, request: Request) -> Response:
+        caller = await self._gate.agent(request)
+        target = execution_id(request)
+        body = parse_object(caller.body)
+        lease = params.required_lease(request.headers)
+        # `state` (§21.3) is accepted; with no `previous` support there is nowhere to keep it.
+        output = raw_field(body, "output") or "null"
+        await self._kernel.complete_execution(target, caller.agent_id, lease, output)
+        return no_content()
+
+    async def fail(self, request: Request) -> Response:
+        caller = await self._gate.agent(request)
+        target = execution_id(request)
+        body = parse_object(caller.body)
+        lease = params.required_lease(request.headers)
+        reason = text_field(body, "error")
+        await self._kernel.fail_execution(target, caller.agent_id, lease, reason)
+        return no_content()

@@ -1,0 +1,45 @@
+"""Unauthenticated operational routes (§5.4): liveness, readiness, metrics.
+
+Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from rebuno.kernel.api.auth import Gate
+from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.schemas import json_response
+from rebuno.kernel.service.kernel import Kernel
+
+PROMETHEUS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class OperationalRoutes:
+    def __init__(self, kernel: Kernel, gate: Gate) -> None:
+        self._kernel = kernel
+        self._gate = gate
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v0/health", guarded(self.health), methods=["GET"]),
+            Route("/v0/ready", guarded(self.ready), methods=["GET"]),
+            Route("/metrics", guarded(self.metrics), methods=["GET"]),
+        ]
+
+    async def health(self, request: Request) -> Response:
+        await self._gate.anyone(request)
+        return json_response({"status": "ok"})
+
+    async def ready(self, request: Request) -> Response:
+        await self._gate.anyone(request)
+        if await self._kernel.ready():
+            return json_response({"status": "ready"})
+        return json_response({"status": "unavailable"}, 503)
+
+    async def metrics(self, request: Request) -> Response:
+        """No metrics are exported yet; the route answers so scrapers do not alert."""
+        await self._gate.anyone(request)
+        return Response(b"", media_type=PROMETHEUS_MEDIA_TYPE)

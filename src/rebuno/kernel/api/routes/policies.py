@@ -1,0 +1,34 @@
+"""`POST /v0/policies/{agent_id}` (§5.3, bearer): replace or remove an agent's bundle.
+
+Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from rebuno.kernel.api.auth import Gate
+from rebuno.kernel.api.body import parse_object, text_field
+from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.schemas import no_content
+from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.service.kernel import Kernel
+
+
+class PolicyRoutes:
+    def __init__(self, kernel: Kernel, gate: Gate) -> None:
+        self._kernel = kernel
+        self._gate = gate
+
+    def routes(self) -> list[BaseRoute]:
+        return [Route("/v0/policies/{agent_id}", guarded(self.set), methods=["POST"])]
+
+    async def set(self, request: Request) -> Response:
+        body = parse_object(await self._gate.client(request))
+        if "bundle" not in body:
+            raise ValidationFailed('validation error: bundle is required ("" removes it)')
+        bundle = text_field(body, "bundle")
+        await self._kernel.set_policy(request.path_params["agent_id"], bundle)
+        return no_content()

@@ -1,0 +1,141 @@
+"""Step routes (§5.2): list and read (bearer or HMAC), submit, complete and fail (HMAC with
+a lease). Submissions are validated here and handed on as canonical `StepRequest`s.
+
+Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from rebuno.kernel.api import params
+from rebuno.kernel.api.auth import Gate
+from rebuno.kernel.api.body import (
+    JsonObject,
+    parse_object,
+    raw_field,
+    reject_present,
+    text_field,
+)
+from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.routes.executions import execution_id
+from rebuno.kernel.api.schemas import json_response, render_decision, render_step
+from rebuno.kernel.domain.decision import StepRequest
+from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.service.kernel import Kernel
+from rebuno.protocol.canonical import args_hash
+from rebuno.protocol.enums import Idempotency, StepKind, StepStatus
+
+E = TypeVar("E", bound=StrEnum)
+CAPTURE_FIELDS = ("captures", "capture_failures")
+_NO_RESOURCES = "this kernel has no resource support"
+TERMINAL = "terminal"
+STEP_STATUSES = frozenset(status.value for status in StepStatus)
+
+
+def _member(enum: type[E], text: str, field: str) -> E:
+    try:
+        return enum(text)
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise ValidationFailed(f"validation error: {field} must be one of {allowed}") from None
+
+
+def step_filter(text: str) -> str | None:
+    """`terminal` or one step status filters; any other value lists every step (§5.2)."""
+    if text == TERMINAL or text in STEP_STATUSES:
+        return text
+    return None
+
+
+def step_request(body: JsonObject) -> StepRequest:
+    """§5.2: `kind` required and known, `idempotency` known or empty, `args` missing ≡ null."""
+    kind = _member(StepKind, text_field(body, "kind", required=True), "kind")
+    idempotency = _member(
+        Idempotency, text_field(body, "idempotency") or Idempotency.SAFE_TO_RETRY, "idempotency"
+    )
+    reject_present(body, ("resources",), _NO_RESOURCES)
+    args = raw_field(body, "args")
+    args = None if args == "null" else args
+    return StepRequest(
+        kind=kind,
+        target=text_field(body, "target"),
+        args=args,
+        args_hash=args_hash(args or "null"),
+        idempotency=idempotency,
+    )
+
+
+class StepRoutes:
+    def __init__(self, kernel: Kernel, gate: Gate) -> None:
+        self._kernel = kernel
+        self._gate = gate
+
+    def routes(self) -> list[BaseRoute]:
+        steps = "/v0/executions/{execution_id}/steps"
+        one = steps + "/{step_id}"
+        return [
+            Route(steps, guarded(self.list), methods=["GET"]),
+            Route(steps, guarded(self.submit), methods=["POST"]),
+            Route(one, guarded(self.get), methods=["GET"]),
+            Route(one + "/complete", guarded(self.complete), methods=["POST"]),
+            Route(one + "/fail", guarded(self.fail), methods=["POST"]),
+        ]
+
+    async def list(self, request: Request) -> Response:
+        caller = await self._gate.client_or_agent(request)
+        status = step_filter(params.first(request.query_params, "status"))
+        steps = await self._kernel.list_steps(execution_id(request), status, caller.agent_id)
+        return json_response([render_step(step) for step in steps])
+
+    async def get(self, request: Request) -> Response:
+        caller = await self._gate.client_or_agent(request)
+        step = await self._kernel.get_step(
+            execution_id(request), request.path_params["step_id"], caller.agent_id
+        )
+        return json_response(render_step(step))
+
+    async def submit(self, request: Request) -> Response:
+        caller = await self._gate.agent(request)
+        target = execution_id(request)
+        body = parse_object(caller.body)
+        lease = params.required_lease(request.headers)
+        decision = await self._kernel.submit_step(
+            target, caller.agent_id, lease, step_request(body)
+        )
+        return json_response(render_decision(decision))
+
+    async def complete(self, request: Request) -> Response:
+        caller = await self._gate.agent(request)
+        target = execution_id(request)
+        body = parse_object(caller.body)
+        lease = params.required_lease(request.headers)
+        reject_present(body, CAPTURE_FIELDS, _NO_RESOURCES)
+        decision = await self._kernel.complete_step(
+            target,
+            caller.agent_id,
+            request.path_params["step_id"],
+            lease,
+            raw_field(body, "result") or "null",
+        )
+        return json_response(render_decision(decision))
+
+    async def fail(self, request: Request) -> Response:
+        caller = await self._gate.agent(request)
+        target = execution_id(request)
+        body = parse_object(caller.body)
+        lease = params.required_lease(request.headers)
+        reject_present(body, CAPTURE_FIELDS, _NO_RESOURCES)
+        decision = await self._kernel.fail_step(
+            target,
+            caller.agent_id,
+            request.path_params["step_id"],
+            lease,
+            raw_field(body, "error") or "null",
+        )
+        return json_response(render_decision(decision))

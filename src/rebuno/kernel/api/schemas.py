@@ -1,0 +1,141 @@
+"""Records to JSON (§4): empty optional fields omitted, raw JSON embedded without re-parsing.
+
+JSON values the store keeps as text (`input`, `args`, `result`, event payloads, ...) go out
+through `orjson.Fragment`, so their number literals are never rounded. Lists are always
+arrays. Must not import a store backend or the dispatcher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from rebuno.kernel.domain.decision import StepDecision
+from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
+from rebuno.kernel.store.base import Page
+from rebuno.protocol.times import format_timestamp
+
+JSON_MEDIA_TYPE = "application/json; charset=utf-8"
+
+
+def json_response(content: object, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status_code, media_type=JSON_MEDIA_TYPE)
+
+
+def no_content() -> Response:
+    return Response(status_code=204)
+
+
+def _set(target: dict[str, Any], key: str, value: object) -> None:
+    """Adds `key` unless the value is empty: the §4 *omit* rule."""
+    if value is not None and value != "":
+        target[key] = value
+
+
+def _raw(text: str | None) -> orjson.Fragment | None:
+    return None if text is None else orjson.Fragment(text)
+
+
+def _number(value: float) -> float | int:
+    return int(value) if value.is_integer() else value
+
+
+def render_execution(execution: Execution) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": execution.id, "agent_id": execution.agent_id}
+    _set(body, "agent_version", execution.agent_version)
+    body["input"] = orjson.Fragment(execution.input)
+    body["status"] = execution.status.value
+    _set(body, "output", _raw(execution.output))
+    _set(body, "failure_reason", execution.failure_reason)
+    body["created_at"] = format_timestamp(execution.created_at)
+    body["updated_at"] = format_timestamp(execution.updated_at)
+    if execution.deadline_at is not None:
+        body["deadline_at"] = format_timestamp(execution.deadline_at)
+    return body
+
+
+def render_execution_page(page: Page[Execution]) -> dict[str, Any]:
+    body: dict[str, Any] = {"executions": [render_execution(e) for e in page.items]}
+    _set(body, "next_cursor", page.next_cursor)
+    return body
+
+
+def render_step(step: Step) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "step_id": step.step_id,
+        "execution_id": step.execution_id,
+        "kind": step.kind.value,
+        "target": step.target,
+        "args_hash": step.args_hash,
+        "occurrence": step.occurrence,
+        "status": step.status.value,
+        "idempotency": step.idempotency.value,
+    }
+    _set(body, "args", _raw(step.args))
+    _set(body, "result", _raw(step.result))
+    _set(body, "error", _raw(step.error))
+    if step.usage_input is not None or step.usage_output is not None:
+        body["usage"] = {
+            "input_tokens": step.usage_input or 0,
+            "output_tokens": step.usage_output or 0,
+        }
+    _set_time(body, "started_at", step)
+    _set_time(body, "completed_at", step)
+    return body
+
+
+def _set_time(body: dict[str, Any], key: str, record: object) -> None:
+    moment = getattr(record, key)
+    if moment is not None:
+        body[key] = format_timestamp(moment)
+
+
+def render_event(event: Event) -> dict[str, Any]:
+    return {
+        "execution_id": event.execution_id,
+        "event_seq": event.event_seq,
+        "type": event.type,
+        "payload": orjson.Fragment(event.payload),
+        "occurred_at": format_timestamp(event.occurred_at),
+    }
+
+
+def render_approval(approval: Approval) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": approval.id,
+        "step_id": approval.step_id,
+        "execution_id": approval.execution_id,
+        "status": approval.status.value,
+        # null (not omitted) when the rule names no approvers: anyone may decide (§4.4).
+        "approvers": None if approval.approvers is None else list(approval.approvers),
+    }
+    _set(body, "message", approval.message)
+    body["timeout_at"] = format_timestamp(approval.timeout_at)
+    _set(body, "decided_by", approval.decided_by)
+    _set_time(body, "decided_at", approval)
+    _set(body, "rationale", approval.rationale)
+    body["created_at"] = format_timestamp(approval.created_at)
+    return body
+
+
+def render_agent(agent: Agent) -> dict[str, Any]:
+    """The agent without its secret, which never leaves the kernel."""
+    body: dict[str, Any] = {"id": agent.id, "webhook_url": agent.webhook_url}
+    _set(body, "policy_bundle", agent.policy_bundle)
+    body["registered_at"] = format_timestamp(agent.registered_at)
+    if agent.lease_timeout_seconds is not None:
+        body["lease_timeout_seconds"] = _number(agent.lease_timeout_seconds)
+    return body
+
+
+def render_decision(decision: StepDecision) -> dict[str, Any]:
+    body: dict[str, Any] = {"decision": decision.decision.value}
+    _set(body, "step_id", decision.step_id)
+    _set(body, "result", _raw(decision.result))
+    _set(body, "error", _raw(decision.error))
+    _set(body, "approval_id", decision.approval_id)
+    _set(body, "reason", decision.reason)
+    _set(body, "rule_id", decision.rule_id)
+    return body
