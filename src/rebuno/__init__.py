@@ -1,0 +1,59 @@
+"""Rebuno: durable execution for AI agents. These are the SDK's public names.
+
+Write an agent with `Agent`, `tool`, `wrap_tool`, `step` and `http_client`; drive executions
+with `Client`. `rebuno.types` holds the models, `rebuno.mcp` the MCP tool wrappers.
+"""
+
+from rebuno import types
+from rebuno.sdk._context import execution
+from rebuno.sdk.agent import Agent
+from rebuno.sdk.client import Client
+from rebuno.sdk.errors import (
+    APIError,
+    Blocked,
+    ConflictError,
+    ForbiddenError,
+    LeaseSuperseded,
+    NetworkError,
+    NotFoundError,
+    PolicyError,
+    RateLimited,
+    RebunoError,
+    Terminated,
+    ToolError,
+    UnauthorizedError,
+    ValidationError,
+    failure_reason,
+    raise_for_refusal,
+)
+from rebuno.sdk.llm import RebunoTransport, http_client
+from rebuno.sdk.steps import step
+from rebuno.sdk.tools import tool, wrap_tool
+
+__all__ = [
+    "APIError",
+    "Agent",
+    "Blocked",
+    "Client",
+    "ConflictError",
+    "ForbiddenError",
+    "LeaseSuperseded",
+    "NetworkError",
+    "NotFoundError",
+    "PolicyError",
+    "RateLimited",
+    "RebunoError",
+    "RebunoTransport",
+    "Terminated",
+    "ToolError",
+    "UnauthorizedError",
+    "ValidationError",
+    "execution",
+    "failure_reason",
+    "http_client",
+    "raise_for_refusal",
+    "step",
+    "tool",
+    "types",
+    "wrap_tool",
+]

@@ -1,0 +1,285 @@
+"""The execution context: one per dispatch, ambient through a ContextVar, behind `execution()`.
+
+Every recording primitive (`@tool`, `wrap_tool`, `step()`, the LLM transport) goes through
+`ExecutionContext.invoke_tool` or `begin_llm`, which submit the step and act on the kernel's
+decision (PROTOCOL §8). It also keeps the lease alive with heartbeats (§12.4). Imports only
+`rebuno.protocol`, httpx-free SDK modules and the models; never the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar, assert_never
+
+from pydantic import BaseModel
+
+from rebuno.protocol.enums import Decision, StepKind
+from rebuno.sdk._kernel import KernelClient, Lease, encode_json
+from rebuno.sdk.errors import (
+    Blocked,
+    LeaseSuperseded,
+    PolicyError,
+    RateLimited,
+    RebunoError,
+    Terminated,
+    ToolError,
+)
+from rebuno.types import StepDecision
+
+logger = logging.getLogger("rebuno")
+
+_T = TypeVar("_T")
+_HEARTBEAT_CAP = 30.0
+
+_current: ContextVar[ExecutionContext | None] = ContextVar("rebuno_execution", default=None)
+
+
+class ExecutionContext:
+    """What the SDK knows about the execution a handler is running for.
+
+    Attributes:
+        id: The execution id.
+        agent_id: The agent the execution belongs to.
+        input: The execution's input, as given to `Client.create`.
+        status: The execution's status when the dispatch started.
+    """
+
+    def __init__(
+        self,
+        *,
+        kernel: KernelClient,
+        execution_id: str,
+        lease: Lease,
+        agent_id: str,
+        input: Any = None,
+        status: str = "running",
+    ) -> None:
+        self.id = execution_id
+        self.agent_id = agent_id
+        self.input = input
+        self.status = status
+        self._kernel = kernel
+        self._lease = lease
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.signal: Blocked | Terminated | None = None
+        self.superseded = False
+
+    @property
+    def lease(self) -> Lease:
+        """The `(dispatch_id, attempt)` this handler was delivered under, with its period."""
+        return self._lease
+
+    @property
+    def dispatch_id(self) -> str:
+        return self._lease.dispatch_id
+
+    @property
+    def dispatch_attempt(self) -> int:
+        return self._lease.attempt
+
+    async def invoke_tool(
+        self,
+        target: str,
+        args: Any,
+        *,
+        idempotency: str = "safe_to_retry",
+        run: Callable[[], Any] | None = None,
+        kind: str = StepKind.TOOL_CALL,
+    ) -> Any:
+        """Submit one effect as a step and act on the decision.
+
+        `proceed` runs `run()` (awaiting it when it returns an awaitable) and records its
+        result; `replay` returns the recorded result or raises the recorded error as a
+        `ToolError`; every other decision raises (`PolicyError`, `RateLimited`, `Blocked`,
+        `Terminated`). `args` must be JSON: anything else raises `TypeError` before any call.
+        """
+        encode_json(args)
+        decision = await self.submit(kind, target, args, idempotency)
+        match _decision(decision):
+            case Decision.PROCEED:
+                return await self._run_body(decision.step_id, target, run)
+            case Decision.REPLAY:
+                return _replayed(decision, target)
+            case _:
+                raise self.refusal(decision)
+
+    async def begin_llm(self, target: str, request: Any) -> StepDecision:
+        """Submit an LLM request as an `llm_call` step and return the decision unacted."""
+        return await self.submit(StepKind.LLM_CALL, target, request, "safe_to_retry")
+
+    async def record_llm(self, step_id: str, result: Any) -> None:
+        """Record the provider's answer `{status, headers, body}` as the step's result."""
+        await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, result))
+
+    async def fail_llm(self, step_id: str, message: str) -> None:
+        """Record that the provider call failed before any answer came back."""
+        error = {"message": message}
+        await self._guard(self._kernel.fail_step(self.id, step_id, self._lease, error))
+
+    async def publish_llm_delta(self, step_id: str, seq: int, data: str) -> None:
+        """Send a live chunk of a step's output to the kernel's stream side channel."""
+        send = self._kernel.stream_delta(self.id, step_id, self._lease, seq=seq, data=data)
+        await self._on_owner_loop(send)
+
+    async def submit(self, kind: str, target: str, args: Any, idempotency: str) -> StepDecision:
+        """Submit a step under this dispatch's lease; a lease loss is remembered."""
+        send = self._kernel.submit_step(
+            self.id, self._lease, kind=kind, target=target, args=args, idempotency=idempotency
+        )
+        return await self._guard(send)
+
+    def refusal(self, decision: StepDecision) -> RebunoError:
+        """The exception for a decision that is neither proceed nor replay.
+
+        `Blocked` and `Terminated` are remembered, so the dispatch unwinds even if the
+        handler swallows them.
+        """
+        match _decision(decision):
+            case Decision.DENIED:
+                error: RebunoError = PolicyError(decision.reason or "policy_denied")
+                error.rule_id = decision.rule_id
+            case Decision.RATE_LIMITED:
+                error = RateLimited(decision.reason or "rate_limit_exceeded")
+                error.rule_id = decision.rule_id
+            case Decision.BLOCKED | Decision.EXECUTION_BLOCKED:
+                error = self._remember(Blocked())
+            case Decision.EXECUTION_TERMINAL:
+                error = self._remember(Terminated("the execution is terminal"))
+            case Decision.PROCEED | Decision.REPLAY | Decision.RECORDED:
+                error = RebunoError(f"unexpected step decision {decision.decision!r}")
+            case unexpected:
+                assert_never(unexpected)
+        error.step_id = decision.step_id
+        return error
+
+    async def heartbeat_until_cancelled(self, owner: asyncio.Task[Any]) -> None:
+        """Renew the lease every `min(lease/3, 30 s)`; cancel `owner` once the lease is lost."""
+        interval = min(self._lease.timeout / 3, _HEARTBEAT_CAP)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._kernel.heartbeat(self.id, self._lease)
+            except (LeaseSuperseded, Terminated):
+                self.superseded = True
+                owner.cancel()
+                return
+            except RebunoError as exc:
+                # Best-effort: a missed renewal is retried next tick, well inside the lease.
+                logger.warning("heartbeat failed for execution_id=%s: %s", self.id, exc)
+
+    async def _run_body(self, step_id: str, target: str, run: Callable[[], Any] | None) -> Any:
+        try:
+            result = await _call(run)
+            recorded = jsonable(result)
+        except (Blocked, Terminated, LeaseSuperseded):
+            # A nested call unwinding the dispatch is no failure of this step: it stays open
+            # and the next attempt decides it by its idempotency.
+            raise
+        except Exception as exc:
+            await self._fail_quietly(step_id, exc)
+            raise ToolError(str(exc) or type(exc).__name__, target, step_id) from exc
+        await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, recorded))
+        return result
+
+    async def _fail_quietly(self, step_id: str, exc: Exception) -> None:
+        error = {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
+        try:
+            await self._guard(self._kernel.fail_step(self.id, step_id, self._lease, error))
+        except RebunoError as failure:
+            # The body's own error is what the caller needs; this one only loses the record.
+            logger.warning(
+                "could not record failure of step_id=%s execution_id=%s: %s",
+                step_id,
+                self.id,
+                failure,
+            )
+
+    async def _guard(self, call: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            return await self._on_owner_loop(call)
+        except LeaseSuperseded:
+            self.superseded = True
+            raise
+        except Terminated as exc:
+            raise self._remember(exc) from None
+
+    def _remember(self, signal: Blocked | Terminated) -> Blocked | Terminated:
+        if self.signal is None:
+            self.signal = signal
+        return signal
+
+    async def _on_owner_loop(self, call: Coroutine[Any, Any, _T]) -> _T:
+        # A tool awaited on another thread's loop must not touch the owner loop's pool.
+        running = asyncio.get_running_loop()
+        if self._loop is None or self._loop is running:
+            return await call
+        future = asyncio.run_coroutine_threadsafe(call, self._loop)
+        return await asyncio.wrap_future(future)
+
+    @contextmanager
+    def activate(self) -> Iterator[ExecutionContext]:
+        """Make this the ambient context for the code run inside the block."""
+        self._loop = asyncio.get_running_loop()
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+
+
+def execution() -> ExecutionContext:
+    """Return the context of the execution the current code runs for.
+
+    Raises:
+        RuntimeError: when called outside a handler run by `Agent`.
+
+    Example:
+        async def process(prompt: str) -> dict:
+            return {"execution_id": rebuno.execution().id}
+    """
+    context = _current.get()
+    if context is None:
+        raise RuntimeError("no active rebuno execution: call this inside an agent handler")
+    return context
+
+
+def current() -> ExecutionContext | None:
+    """The ambient context, or None outside an execution (the LLM transport passes through)."""
+    return _current.get()
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as it will be recorded: pydantic models dumped; non-JSON raises `TypeError`."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    encode_json(value)
+    return value
+
+
+def _decision(decision: StepDecision) -> Decision:
+    try:
+        return Decision(decision.decision)
+    except ValueError:
+        raise RebunoError(f"unknown step decision {decision.decision!r}") from None
+
+
+def _replayed(decision: StepDecision, target: str) -> Any:
+    if decision.error is None:
+        return decision.result
+    error = decision.error
+    message = error.get("message") or error.get("reason") if isinstance(error, dict) else None
+    raise ToolError(str(message or error), target, decision.step_id)
+
+
+async def _call(run: Callable[[], Any] | None) -> Any:
+    if run is None:
+        return None
+    result = run()
+    if inspect.isawaitable(result):
+        return await result
+    return result

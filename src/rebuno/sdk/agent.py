@@ -1,0 +1,294 @@
+"""`Agent`: the webhook the kernel delivers executions to, and the run of one dispatch.
+
+The webhook is a raw ASGI app (no framework): it verifies the body signature in constant time,
+acknowledges at once, and runs the handler in the background under an ambient execution
+context, with heartbeats. The handler's outcome becomes `complete` or `fail`; the control-flow
+signals (`Blocked`, `Terminated`, `LeaseSuperseded`) unwind quietly. Imports only
+`rebuno.protocol`, httpx, pydantic and the SDK's own modules; uvicorn only inside `run()`;
+never the kernel, never starlette.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from rebuno.protocol import signing
+from rebuno.sdk._context import ExecutionContext, jsonable
+from rebuno.sdk._inputs import InputBinder
+from rebuno.sdk._kernel import KernelClient
+from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
+from rebuno.sdk.errors import (
+    Blocked,
+    LeaseSuperseded,
+    RebunoError,
+    Terminated,
+    _InputInvalid,
+    failure_reason,
+    refusal_from,
+)
+
+logger = logging.getLogger("rebuno")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_MAX_WEBHOOK_BYTES = 64 * 1024
+_QUIET = (Blocked, Terminated, LeaseSuperseded)
+
+
+class Agent:
+    """Serves the webhook of one agent and runs its handler once per dispatch.
+
+    Args:
+        agent_id: The agent's id as registered with the kernel.
+        secret: The HMAC secret shared with the kernel; defaults to `REBUNO_AGENT_SECRET`.
+        base_url: The kernel's URL; defaults to `REBUNO_URL`.
+        webhook_path: The path the kernel POSTs deliveries to.
+        kernel_timeout: Timeout in seconds of each call to the kernel.
+
+    Example:
+        agent = Agent("hello", secret="dev-secret", base_url="http://127.0.0.1:8080")
+
+        async def process(name: str) -> dict:
+            return {"greeting": f"hello {name}"}
+
+        agent.run(process, port=5001)
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        secret: str | None = None,
+        base_url: str | None = None,
+        webhook_path: str = "/webhook",
+        kernel_timeout: float = 35.0,
+    ) -> None:
+        if not agent_id:
+            raise ValueError("agent_id must be a non-empty string")
+        secret = secret if secret is not None else os.environ.get("REBUNO_AGENT_SECRET", "")
+        base_url = base_url or os.environ.get("REBUNO_URL", "")
+        if not secret:
+            raise ValueError("no agent secret: pass secret= or set REBUNO_AGENT_SECRET")
+        if not base_url:
+            raise ValueError("no kernel URL: pass base_url= or set REBUNO_URL")
+        self.agent_id = agent_id
+        self.webhook_path = webhook_path
+        self._secret = secret
+        self._kernel = KernelClient(
+            agent_id=agent_id, secret=secret, base_url=base_url, timeout=kernel_timeout
+        )
+        self._handler: Callable[..., Any] | None = None
+        self._binder: InputBinder | None = None
+        self._deliveries = Deliveries()
+
+    def bind(self, process: Callable[..., Any]) -> None:
+        """Attach the handler; its signature decides how the execution input is passed."""
+        self._binder = InputBinder(process)
+        self._handler = process
+
+    @property
+    def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+        """The ASGI app serving the webhook, for mounting in any ASGI server.
+
+        Its lifespan shutdown calls `close()`.
+        """
+        return _App(self)
+
+    def run(self, process: Callable[..., Any], *, host: str = "0.0.0.0", port: int = 5000) -> None:
+        """Bind `process` and serve the webhook with uvicorn until interrupted. Blocks."""
+        import uvicorn
+
+        self.bind(process)
+        uvicorn.run(self.app, host=host, port=port, lifespan="on", interface="asgi3")
+
+    async def join(self) -> None:
+        """Wait for every handler run in flight to finish."""
+        while tasks := self._deliveries.running():
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel the handler runs in flight and close the connection to the kernel."""
+        tasks = self._deliveries.running()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._kernel.aclose()
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path = scope.get("path", "")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if path != self.webhook_path:
+            await _respond(send, 404, {"error": "not found"})
+        elif scope.get("method") != "POST":
+            await _respond(send, 405, {"error": "method not allowed"}, allow="POST")
+        else:
+            await self._webhook(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _webhook(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _read_body(receive)
+        if body is None:
+            await _respond(send, 413, {"error": "payload too large"})
+            return
+        signature = _header(scope, signing.SIGNATURE_HEADER)
+        if signature is None or not signing.verify_body(self._secret, body, signature):
+            await _respond(send, 401, {"error": "invalid signature"})
+            return
+        delivery = parse_delivery(body)
+        if delivery is None:
+            await _respond(send, 400, {"error": "execution_id and dispatch_id are required"})
+        elif self._handler is None:
+            # Refused, not acknowledged: the kernel redelivers once a handler is bound.
+            await _respond(send, 503, {"error": "no handler bound: call agent.bind(process)"})
+        else:
+            await _respond(send, 200, {"accepted": self._accept(delivery)})
+
+    def _accept(self, delivery: Delivery) -> bool:
+        run, superseded = self._deliveries.admit(delivery)
+        if run:
+            if superseded is not None:
+                superseded.cancel()
+            coroutine = self._dispatch(delivery, superseded)
+            task = asyncio.create_task(coroutine, name=f"rebuno-dispatch-{delivery.execution_id}")
+            self._deliveries.started(delivery.execution_id, task)
+        return run
+
+    async def _dispatch(self, delivery: Delivery, superseded: asyncio.Task[None] | None) -> None:
+        if superseded is not None:
+            # The older run must finish unwinding before this one writes anything.
+            await asyncio.gather(superseded, return_exceptions=True)
+        context = ExecutionContext(
+            kernel=self._kernel,
+            execution_id=delivery.execution_id,
+            lease=delivery.lease,
+            agent_id=self.agent_id,
+        )
+        try:
+            await self._run(context)
+        except asyncio.CancelledError:
+            if not context.superseded:
+                raise
+        except Exception:
+            logger.exception("dispatch of execution_id=%s failed", delivery.execution_id)
+
+    async def _run(self, context: ExecutionContext) -> None:
+        execution = await self._kernel.get_execution(context.id)
+        if execution.status.is_terminal:
+            return
+        context.input, context.status = execution.input, execution.status.value
+        try:
+            assert self._binder is not None
+            call = self._binder.bind(execution.input)
+        except _InputInvalid as exc:
+            await self._finish(context, error=exc)
+            return
+        with context.activate():
+            outcome, error = await self._call_handler(context, call.kwargs)
+        await self._finish(context, output=outcome, error=error)
+
+    async def _call_handler(
+        self, context: ExecutionContext, kwargs: dict[str, Any]
+    ) -> tuple[Any, BaseException | None]:
+        assert self._handler is not None
+        owner = asyncio.current_task()
+        assert owner is not None
+        heartbeat = asyncio.create_task(context.heartbeat_until_cancelled(owner))
+        try:
+            result = self._handler(**kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return jsonable(result), None
+        except Exception as exc:
+            return None, exc
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+
+    async def _finish(
+        self, context: ExecutionContext, *, output: Any = None, error: BaseException | None = None
+    ) -> None:
+        if context.signal is not None or context.superseded:
+            return
+        signal = refusal_from(error) if error is not None else None
+        if isinstance(signal, _QUIET) or isinstance(error, _QUIET):
+            return
+        try:
+            if error is None:
+                await self._kernel.complete_execution(context.id, context.lease, output)
+            else:
+                reason = failure_reason(signal or error)
+                logger.warning("execution_id=%s failed: %s", context.id, reason, exc_info=error)
+                await self._kernel.fail_execution(context.id, context.lease, reason)
+        except _QUIET:
+            return
+        except RebunoError as exc:
+            logger.warning("could not finish execution_id=%s: %s", context.id, exc)
+
+
+class _App:
+    """The ASGI 3 callable; a plain object so servers detect the interface unambiguously."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._agent._asgi(scope, receive, send)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > _MAX_WEBHOOK_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    wanted = name.lower().encode("latin-1")
+    values = [value for key, value in scope.get("headers", []) if key.lower() == wanted]
+    if len(values) != 1:
+        return None
+    return bytes(values[0]).decode("latin-1")
+
+
+async def _respond(send: Send, status: int, payload: dict[str, Any], allow: str = "") -> None:
+    body = json.dumps(payload).encode("utf-8")
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if allow:
+        headers.append((b"allow", allow.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

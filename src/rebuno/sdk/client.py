@@ -1,0 +1,217 @@
+"""`Client`: the bearer-authenticated caller of the kernel's client API (PROTOCOL §5.1, §5.3,
+§16.2): executions, their events and steps, approvals, and live output streams.
+
+Errors come back as the SDK's exceptions, chosen from the envelope's code. Imports only
+`rebuno.protocol`, httpx and the SDK's models; never the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+from collections.abc import AsyncIterator
+from typing import Any, Self
+
+import httpx
+
+from rebuno.protocol.events import EventType
+from rebuno.sdk.errors import NetworkError, error_from_envelope
+from rebuno.types import Approval, Event, Execution, ExecutionPage, Step, StreamDelta
+
+_TERMINAL_EVENTS = frozenset(
+    {EventType.EXECUTION_COMPLETED, EventType.EXECUTION_FAILED, EventType.EXECUTION_CANCELLED}
+)
+_WAIT_FIRST_DELAY = 0.05
+_WAIT_MAX_DELAY = 1.0
+_EVENTS_PAGE = 1000
+
+
+class Client:
+    """An async client for creating and inspecting executions and deciding approvals.
+
+    Args:
+        base_url: The kernel's URL; defaults to `REBUNO_URL`.
+        api_key: Bearer token sent as `Authorization: Bearer ...`; defaults to `REBUNO_API_KEY`.
+        timeout: Timeout in seconds of each request.
+
+    Example:
+        async with Client(base_url="http://127.0.0.1:8080") as client:
+            execution = await client.create("hello", input={"name": "Ada"})
+            done = await client.wait(execution.id, timeout=30)
+    """
+
+    def __init__(
+        self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 35.0
+    ) -> None:
+        base_url = base_url or os.environ.get("REBUNO_URL", "")
+        if not base_url:
+            raise ValueError("no kernel URL: pass base_url= or set REBUNO_URL")
+        api_key = api_key if api_key is not None else os.environ.get("REBUNO_API_KEY", "")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = timeout
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout
+        )
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *args: Any) -> None:
+        await self.close()
+
+    async def create(self, agent_id: str, input: Any = None) -> Execution:
+        """Create an execution of `agent_id` on `input`; the kernel dispatches the agent."""
+        body: dict[str, Any] = {"agent_id": agent_id}
+        if input is not None:
+            body["input"] = input
+        response = await self._request("POST", "/v0/executions", json=body)
+        return Execution.model_validate_json(response.content)
+
+    async def get(self, execution_id: str) -> Execution:
+        """The execution's current state."""
+        response = await self._request("GET", f"/v0/executions/{execution_id}")
+        return Execution.model_validate_json(response.content)
+
+    async def list(
+        self, *, agent_id: str = "", status: str = "", cursor: str = "", limit: int = 50
+    ) -> ExecutionPage:
+        """One page of executions, newest first, optionally filtered by agent and status."""
+        params = _params(agent_id=agent_id, status=status, cursor=cursor, limit=limit)
+        response = await self._request("GET", "/v0/executions", params=params)
+        return ExecutionPage.model_validate_json(response.content)
+
+    async def cancel(self, execution_id: str) -> None:
+        """Cancel the execution. Raises `Terminated` when it already ended."""
+        await self._request("POST", f"/v0/executions/{execution_id}/cancel")
+
+    async def events(
+        self, execution_id: str, *, after_seq: int = 0, limit: int = 100
+    ) -> builtins.list[Event]:
+        """The execution's events with `event_seq > after_seq`, oldest first."""
+        params = _params(after_seq=after_seq, limit=limit)
+        response = await self._request(
+            "GET", f"/v0/executions/{execution_id}/events", params=params
+        )
+        return [Event.model_validate(item) for item in response.json() or []]
+
+    async def list_steps(self, execution_id: str, *, status: str = "") -> builtins.list[Step]:
+        """The execution's steps; `status="terminal"` keeps only finished ones."""
+        path = f"/v0/executions/{execution_id}/steps"
+        response = await self._request("GET", path, params=_params(status=status))
+        return [Step.model_validate(item) for item in response.json() or []]
+
+    async def get_step(self, execution_id: str, step_id: str) -> Step:
+        """One step of the execution."""
+        response = await self._request("GET", f"/v0/executions/{execution_id}/steps/{step_id}")
+        return Step.model_validate_json(response.content)
+
+    async def list_approvals(
+        self, *, status: str = "pending", execution_id: str = ""
+    ) -> builtins.list[Approval]:
+        """Approvals with `status` (`all` for every one), optionally of one execution."""
+        params = _params(status=status, execution_id=execution_id)
+        response = await self._request("GET", "/v0/approvals", params=params)
+        return [Approval.model_validate(item) for item in response.json() or []]
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        """One approval, whatever its status."""
+        response = await self._request("GET", f"/v0/approvals/{approval_id}")
+        return Approval.model_validate_json(response.content)
+
+    async def grant_approval(
+        self, approval_id: str, *, decided_by: str = "", rationale: str = ""
+    ) -> None:
+        """Grant the approval; the gated step proceeds when the execution is re-dispatched."""
+        body = {"decided_by": decided_by, "rationale": rationale}
+        await self._request("POST", f"/v0/approvals/{approval_id}/grant", json=body)
+
+    async def deny_approval(
+        self, approval_id: str, *, decided_by: str = "", rationale: str = ""
+    ) -> None:
+        """Deny the approval; the gated step comes back to the agent as a policy denial."""
+        body = {"decided_by": decided_by, "rationale": rationale}
+        await self._request("POST", f"/v0/approvals/{approval_id}/deny", json=body)
+
+    # The documented API takes a timeout; it is applied with asyncio.timeout inside.
+    async def wait(self, execution_id: str, *, timeout: float | None = None) -> Execution:  # noqa: ASYNC109
+        """Wait until the execution is terminal and return it.
+
+        Follows the event log with `after_seq`, backing off gently while nothing happens.
+
+        Raises:
+            TimeoutError: `timeout` seconds passed first.
+        """
+        async with asyncio.timeout(timeout):
+            execution = await self.get(execution_id)
+            after_seq, delay = 0, _WAIT_FIRST_DELAY
+            while not execution.status.is_terminal:
+                events = await self.events(execution_id, after_seq=after_seq, limit=_EVENTS_PAGE)
+                if events:
+                    after_seq, delay = events[-1].event_seq, _WAIT_FIRST_DELAY
+                    if any(event.type in _TERMINAL_EVENTS for event in events):
+                        execution = await self.get(execution_id)
+                    continue
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, _WAIT_MAX_DELAY)
+        return execution
+
+    async def stream(self, execution_id: str) -> AsyncIterator[StreamDelta]:
+        """Yield the live output deltas of the execution's steps as they are published.
+
+        Only deltas published after connecting arrive; the stream runs until you stop
+        iterating. A gap in a step's `seq` means deltas were dropped: read the recorded step.
+
+        Example:
+            async for delta in client.stream(execution.id):
+                print(delta.data, end="")
+        """
+        timeout = httpx.Timeout(self._timeout, read=None)
+        path = f"/v0/executions/{execution_id}/stream"
+        try:
+            async with self._http.stream("GET", path, timeout=timeout) as response:
+                if response.status_code >= 300:
+                    raise error_from_envelope(response.status_code, await response.aread())
+                async for data in _sse_data(response.aiter_lines()):
+                    yield StreamDelta.model_validate_json(data)
+        except httpx.TransportError as exc:
+            raise NetworkError(f"GET {path}: {exc!r}") from exc
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, json=json, params=params)
+        except httpx.TransportError as exc:
+            raise NetworkError(f"{method} {path}: {exc!r}") from exc
+        if response.status_code >= 300:
+            raise error_from_envelope(response.status_code, response.content)
+        return response
+
+
+def _params(**values: str | int) -> dict[str, str]:
+    return {name: str(value) for name, value in values.items() if value not in ("", 0)}
+
+
+async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The `data` of each server-sent event; comments and other fields are skipped."""
+    data: builtins.list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+            data = []
+        elif line.startswith("data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)

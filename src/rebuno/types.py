@@ -1,0 +1,126 @@
+"""The resource models `Client` and the agent runtime read from the kernel.
+
+Every model ignores fields it does not know, so a newer kernel never breaks an older SDK, and
+treats an explicit `null` like an absent field. Imports only pydantic and `rebuno.protocol`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from rebuno.protocol.enums import ExecutionStatus
+
+__all__ = [
+    "Approval",
+    "Event",
+    "Execution",
+    "ExecutionPage",
+    "ExecutionStatus",
+    "Step",
+    "StepDecision",
+    "StreamDelta",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_absent(cls, data: Any) -> Any:
+        # The kernel omits empty fields, older ones sent null: both must land on the default.
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class Execution(_Model):
+    """One run of one agent on one input.
+
+    `status` is an `ExecutionStatus`; `output` is set once it completed, `failure_reason` once it
+    failed or was cancelled.
+    """
+
+    id: str
+    agent_id: str = ""
+    input: Any = None
+    status: ExecutionStatus = ExecutionStatus.PENDING
+    output: Any = None
+    failure_reason: str = ""
+    agent_version: str = ""
+    created_at: str = ""
+    updated_at: str = ""
+
+
+class ExecutionPage(_Model):
+    """One page of `Client.list`: pass `next_cursor` back as `cursor` for the next one."""
+
+    executions: list[Execution] = []
+    next_cursor: str = ""
+
+
+class Step(_Model):
+    """One recorded effect of an execution: a `tool_call`, an `llm_call` or a `local` step."""
+
+    step_id: str
+    execution_id: str = ""
+    kind: str = ""
+    target: str = ""
+    args_hash: str = ""
+    occurrence: int = 0
+    status: str = ""
+    idempotency: str = ""
+    args: Any = None
+    result: Any = None
+    error: Any = None
+    usage: dict[str, int] | None = None
+    started_at: str = ""
+    completed_at: str = ""
+
+
+class StepDecision(_Model):
+    """The kernel's answer to a step submission: proceed, replay, or a refusal."""
+
+    decision: str
+    step_id: str = ""
+    result: Any = None
+    error: Any = None
+    approval_id: str | None = None
+    reason: str = ""
+    rule_id: str = ""
+
+
+class Event(_Model):
+    """One entry of an execution's append-only event log, ordered by `event_seq`."""
+
+    execution_id: str = ""
+    event_seq: int = 0
+    type: str = ""
+    payload: Any = None
+    occurred_at: str = ""
+
+
+class Approval(_Model):
+    """A human decision that gates one step: `pending`, `granted`, `denied` or `expired`."""
+
+    id: str
+    step_id: str = ""
+    execution_id: str = ""
+    status: str = ""
+    message: str = ""
+    decided_by: str = ""
+    rationale: str = ""
+    approvers: list[str] | None = None
+    timeout_at: str = ""
+    decided_at: str = ""
+    created_at: str = ""
+
+
+class StreamDelta(_Model):
+    """A live chunk of a step's output, from `Client.stream`; `seq` counts per step from 0."""
+
+    step_id: str
+    seq: int = 0
+    data: str = ""
