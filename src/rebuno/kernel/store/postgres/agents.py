@@ -1,0 +1,102 @@
+"""SQL for the `agents` table: registrations, their secrets and policy bundles.
+
+Must import only psycopg, the domain and this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rebuno.kernel.domain.errors import Conflict, NotFound
+from rebuno.kernel.domain.records import Agent
+from rebuno.kernel.store.postgres.connection import Connection
+
+COLUMNS = "a.id, a.webhook_url, a.secret, a.policy_bundle, a.lease_timeout_seconds, a.registered_at"
+
+_GET = f"SELECT {COLUMNS} FROM agents a WHERE a.id = %s"
+_LIST = f"SELECT {COLUMNS} FROM agents a ORDER BY a.id"
+# `registered_at` is the first registration's; a re-registration only replaces the rest.
+_UPSERT = f"""
+    INSERT INTO agents AS a (id, webhook_url, secret, policy_bundle, lease_timeout_seconds,
+        registered_at)
+    VALUES (%(id)s, %(webhook_url)s, %(secret)s, %(policy_bundle)s, %(lease)s,
+        %(registered_at)s)
+    ON CONFLICT (id) DO UPDATE SET
+        webhook_url = EXCLUDED.webhook_url,
+        secret = EXCLUDED.secret,
+        policy_bundle = CASE WHEN %(keep_bundle)s THEN a.policy_bundle
+            ELSE EXCLUDED.policy_bundle END,
+        lease_timeout_seconds = EXCLUDED.lease_timeout_seconds
+    RETURNING {COLUMNS}
+"""
+# One statement decides both outcomes, so the referencing check and the delete see the same
+# snapshot; an execution committed in between still trips the foreign key (a `Conflict`).
+_DELETE = """
+    WITH referenced AS (
+        SELECT EXISTS (SELECT 1 FROM executions WHERE agent_id = %(id)s) AS yes
+    ), deleted AS (
+        DELETE FROM agents WHERE id = %(id)s AND NOT (SELECT yes FROM referenced)
+        RETURNING 1
+    )
+    SELECT (SELECT yes FROM referenced), EXISTS (SELECT 1 FROM deleted)
+"""
+_SET_BUNDLE = "UPDATE agents SET policy_bundle = %s WHERE id = %s RETURNING 1"
+
+
+def from_row(row: Sequence[Any]) -> Agent:
+    return Agent(
+        id=row[0],
+        webhook_url=row[1],
+        secret=row[2],
+        policy_bundle=row[3],
+        lease_timeout_seconds=row[4],
+        registered_at=row[5],
+    )
+
+
+async def get(conn: Connection, agent_id: str) -> Agent:
+    cur = await conn.execute(_GET, (agent_id,))
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"agent {agent_id} not found")
+    return from_row(row)
+
+
+async def list_all(conn: Connection) -> list[Agent]:
+    cur = await conn.execute(_LIST)
+    return [from_row(row) for row in await cur.fetchall()]
+
+
+async def upsert(conn: Connection, agent: Agent, keep_bundle: bool) -> Agent:
+    cur = await conn.execute(
+        _UPSERT,
+        {
+            "id": agent.id,
+            "webhook_url": agent.webhook_url,
+            "secret": agent.secret,
+            "policy_bundle": agent.policy_bundle,
+            "lease": agent.lease_timeout_seconds,
+            "registered_at": agent.registered_at,
+            "keep_bundle": keep_bundle,
+        },
+    )
+    row = await cur.fetchone()
+    assert row is not None  # INSERT ... ON CONFLICT DO UPDATE always returns its row
+    return from_row(row)
+
+
+async def delete(conn: Connection, agent_id: str) -> None:
+    cur = await conn.execute(_DELETE, {"id": agent_id})
+    row = await cur.fetchone()
+    referenced, deleted = (row[0], row[1]) if row else (False, False)
+    if referenced:
+        raise Conflict(f"agent {agent_id} still has executions")
+    if not deleted:
+        raise NotFound(f"agent {agent_id} not found")
+
+
+async def set_policy_bundle(conn: Connection, agent_id: str, bundle: str | None) -> None:
+    cur = await conn.execute(_SET_BUNDLE, (bundle, agent_id))
+    if await cur.fetchone() is None:
+        raise NotFound(f"agent {agent_id} not found")

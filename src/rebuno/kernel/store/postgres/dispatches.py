@@ -1,0 +1,205 @@
+"""SQL for `dispatches` and `dispatch_step_counters`: the delivery queue, its leases and the
+per-attempt occurrence counters.
+
+A claim never takes an execution lock: `FOR UPDATE SKIP LOCKED` lets replicas claim side by
+side without waiting on each other or on a submission that holds a lease row.
+Must import only psycopg, the domain, `store.base` and this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from rebuno.kernel.domain.records import Dispatch, Lease
+from rebuno.kernel.store.base import ClaimedDispatch, StepKey
+from rebuno.kernel.store.postgres import agents
+from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
+
+CHANNEL = "rebuno_dispatch"
+RECLAIM_PAGE = 100
+
+COLUMNS = (
+    "d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,"
+    " d.locked_by, d.locked_at, d.created_at, d.updated_at"
+)
+WIDTH = 10
+
+# The notification is delivered when (and only if) the transaction commits.
+_INSERT = f"""
+    WITH inserted AS (
+        INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts,
+            next_attempt_at, locked_by, locked_at, created_at, updated_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+        RETURNING 1
+    )
+    SELECT pg_notify('{CHANNEL}', '') FROM inserted
+"""
+_UPDATE = """
+    UPDATE dispatches SET status = %s, attempt = %s, next_attempt_at = %s, locked_by = %s,
+        locked_at = %s, updated_at = %s
+    WHERE id = %s
+"""
+_GET = f"SELECT {COLUMNS} FROM dispatches d WHERE d.id = %s"
+_RETIRE = """
+    UPDATE dispatches SET status = 'exhausted', locked_by = NULL, locked_at = NULL,
+        updated_at = %s
+    WHERE execution_id = %s AND status <> 'exhausted'
+"""
+RENEW = """
+    UPDATE dispatches SET locked_at = %(now)s
+    WHERE id = %(dispatch_id)s AND execution_id = %(execution_id)s AND attempt = %(attempt)s
+        AND status = 'in_flight'
+"""
+_RENEW_RETURNING = f"{RENEW} RETURNING 1"
+_SET_OCCURRENCE = """
+    INSERT INTO dispatch_step_counters AS c (dispatch_id, kind, target, args_hash, consumed)
+    VALUES (%s, %s, %s, %s, %s)
+    ON CONFLICT (dispatch_id, kind, target, args_hash)
+    DO UPDATE SET consumed = greatest(c.consumed, EXCLUDED.consumed)
+"""
+_CLAIM = f"""
+    WITH due AS (
+        SELECT id FROM dispatches
+        WHERE status IN ('pending', 'failed') AND next_attempt_at <= %(now)s
+        ORDER BY next_attempt_at LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ), reset AS (
+        DELETE FROM dispatch_step_counters c USING due WHERE c.dispatch_id = due.id
+    ), d AS (
+        UPDATE dispatches d SET status = 'in_flight', attempt = d.attempt + 1,
+            locked_by = %(replica)s, locked_at = %(now)s, updated_at = %(now)s
+        FROM due WHERE d.id = due.id
+        RETURNING d.*
+    )
+    SELECT {COLUMNS}, e.status, {agents.COLUMNS}
+    FROM d JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
+    ORDER BY d.next_attempt_at, d.id
+"""
+_NEXT_DUE = "SELECT min(next_attempt_at) FROM dispatches WHERE status IN ('pending', 'failed')"
+# Effective lease (§12.3): the agent's own when set and at least 10 s, else the default.
+_RECLAIM = f"""
+    UPDATE dispatches d SET status = 'pending', next_attempt_at = %(now)s, locked_by = NULL,
+        locked_at = NULL, updated_at = %(now)s
+    FROM (
+        SELECT d.id FROM dispatches d
+        JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
+        WHERE d.status = 'in_flight'
+            AND d.locked_at < %(now)s - make_interval(secs => CASE
+                WHEN a.lease_timeout_seconds >= 10 THEN a.lease_timeout_seconds
+                ELSE %(default_lease)s END)
+        LIMIT {RECLAIM_PAGE}
+        FOR UPDATE OF d SKIP LOCKED
+    ) expired
+    WHERE d.id = expired.id
+"""
+
+
+def from_row(row: Sequence[Any]) -> Dispatch:
+    return Dispatch(
+        id=row[0],
+        execution_id=row[1],
+        status=DispatchStatus(row[2]),
+        attempt=row[3],
+        max_attempts=row[4],
+        next_attempt_at=row[5],
+        locked_by=row[6],
+        locked_at=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+    )
+
+
+def lease_params(execution_id: str, lease: Lease, now: datetime) -> dict[str, Any]:
+    return {
+        "now": now,
+        "dispatch_id": lease.dispatch_id,
+        "execution_id": execution_id,
+        "attempt": lease.attempt,
+    }
+
+
+async def get(conn: Connection, dispatch_id: str) -> Dispatch | None:
+    cur = await conn.execute(_GET, (dispatch_id,))
+    row = await cur.fetchone()
+    return None if row is None else from_row(row)
+
+
+async def insert(conn: Connection, d: Dispatch) -> None:
+    await conn.execute(
+        _INSERT,
+        (
+            d.id,
+            d.execution_id,
+            d.status.value,
+            d.attempt,
+            d.max_attempts,
+            d.next_attempt_at,
+            d.locked_by,
+            d.locked_at,
+            d.created_at,
+            d.updated_at,
+        ),
+    )
+
+
+async def update(conn: Connection, d: Dispatch) -> None:
+    await conn.execute(
+        _UPDATE,
+        (
+            d.status.value,
+            d.attempt,
+            d.next_attempt_at,
+            d.locked_by,
+            d.locked_at,
+            d.updated_at,
+            d.id,
+        ),
+    )
+
+
+async def retire(conn: Connection, execution_id: str, now: datetime) -> None:
+    await conn.execute(_RETIRE, (now, execution_id))
+
+
+async def renew_lease(conn: Connection, execution_id: str, lease: Lease, now: datetime) -> bool:
+    cur = await conn.execute(_RENEW_RETURNING, lease_params(execution_id, lease, now))
+    return await cur.fetchone() is not None
+
+
+async def set_occurrence(conn: Connection, dispatch_id: str, key: StepKey, consumed: int) -> None:
+    await conn.execute(
+        _SET_OCCURRENCE, (dispatch_id, key.kind.value, key.target, key.args_hash, consumed)
+    )
+
+
+async def claim(
+    conn: Connection, replica_id: str, limit: int, now: datetime
+) -> list[ClaimedDispatch]:
+    """Claims in one autocommit statement: the select, the counter reset and the update
+    commit together."""
+    if limit <= 0:
+        return []
+    cur = await conn.execute(_CLAIM, {"now": now, "limit": limit, "replica": replica_id})
+    return [
+        ClaimedDispatch(
+            dispatch=from_row(row),
+            execution_status=ExecutionStatus(row[WIDTH]),
+            agent=agents.from_row(row[WIDTH + 1 :]),
+        )
+        for row in await cur.fetchall()
+    ]
+
+
+async def next_due(conn: Connection) -> datetime | None:
+    cur = await conn.execute(_NEXT_DUE)
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+async def reclaim_page(conn: Connection, now: datetime, default_lease: timedelta) -> int:
+    """Returns up to one page of expired leases to the queue; how many it returned."""
+    cur = await conn.execute(_RECLAIM, {"now": now, "default_lease": default_lease.total_seconds()})
+    return cur.rowcount

@@ -1,0 +1,136 @@
+"""SQL for the `executions` table: the execution record, its listing and its sweeps.
+
+Functions take a connection that is either in a transaction (pipeline mode: a write is queued
+and sent with the commit) or in autocommit (one committed statement).
+Must import only psycopg, the domain, `store.base` and this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rebuno.kernel.domain.errors import NotFound
+from rebuno.kernel.domain.records import Execution
+from rebuno.kernel.store.base import ExecutionFilter, Page
+from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.protocol.enums import ExecutionStatus
+
+COLUMNS = (
+    "e.id, e.agent_id, e.agent_version, e.input, e.status, e.output, e.failure_reason,"
+    " e.created_at, e.updated_at, e.deadline_at, e.last_event_seq"
+)
+WIDTH = 11
+"""How many columns `COLUMNS` names: where an execution ends in a joined row."""
+
+TERMINAL = "('completed', 'failed', 'cancelled')"
+
+_INSERT = """
+    INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason,
+        created_at, updated_at, deadline_at, last_event_seq)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+_UPDATE = """
+    UPDATE executions SET status = %s, output = %s, failure_reason = %s, updated_at = %s,
+        last_event_seq = %s
+    WHERE id = %s
+"""
+_GET = f"SELECT {COLUMNS} FROM executions e WHERE e.id = %s"
+_OVERDUE = """
+    SELECT id FROM executions
+    WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s
+    ORDER BY deadline_at, id LIMIT %s
+"""
+_DELETE_TERMINAL = f"""
+    DELETE FROM executions WHERE id IN (
+        SELECT id FROM executions
+        WHERE status IN {TERMINAL} AND updated_at < %s
+        LIMIT %s FOR UPDATE SKIP LOCKED
+    )
+"""
+
+
+def from_row(row: Sequence[Any]) -> Execution:
+    return Execution(
+        id=row[0],
+        agent_id=row[1],
+        agent_version=row[2],
+        input=row[3],
+        status=ExecutionStatus(row[4]),
+        output=row[5],
+        failure_reason=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+        deadline_at=row[9],
+        last_event_seq=row[10],
+    )
+
+
+async def get(conn: Connection, execution_id: str) -> Execution:
+    cur = await conn.execute(_GET, (execution_id,))
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
+    return from_row(row)
+
+
+async def insert(conn: Connection, e: Execution) -> None:
+    await conn.execute(
+        _INSERT,
+        (
+            e.id,
+            e.agent_id,
+            e.agent_version,
+            e.input,
+            e.status.value,
+            e.output,
+            e.failure_reason,
+            e.created_at,
+            e.updated_at,
+            e.deadline_at,
+            e.last_event_seq,
+        ),
+    )
+
+
+async def update(conn: Connection, e: Execution) -> None:
+    await conn.execute(
+        _UPDATE,
+        (e.status.value, e.output, e.failure_reason, e.updated_at, e.last_event_seq, e.id),
+    )
+
+
+async def list_page(conn: Connection, flt: ExecutionFilter) -> Page[Execution]:
+    # Only the conditions in use are written out, so each combination gets a plan that uses
+    # its index (a prepared `(%s IS NULL OR ...)` would not).
+    conditions: list[str] = []
+    params: list[Any] = []
+    for clause, value in (
+        ("e.agent_id = %s", flt.agent_id),
+        ("e.status = %s", flt.status.value if flt.status is not None else None),
+        ("e.id < %s", flt.cursor),
+    ):
+        if value is not None:
+            conditions.append(clause)
+            params.append(value)
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    params.append(flt.limit + 1)
+    cur = await conn.execute(
+        f"SELECT {COLUMNS} FROM executions e {where} ORDER BY e.id DESC LIMIT %s", params
+    )
+    rows = await cur.fetchall()
+    items = [from_row(row) for row in rows[: flt.limit]]
+    next_cursor = items[-1].id if len(rows) > flt.limit and items else None
+    return Page(items=items, next_cursor=next_cursor)
+
+
+async def list_overdue(conn: Connection, now: datetime, limit: int) -> list[str]:
+    cur = await conn.execute(_OVERDUE, (now, limit))
+    return [row[0] for row in await cur.fetchall()]
+
+
+async def delete_terminal_before(conn: Connection, cutoff: datetime, limit: int) -> int:
+    """Deletes up to `limit` terminal executions (their children cascade); how many."""
+    cur = await conn.execute(_DELETE_TERMINAL, (cutoff, limit))
+    return cur.rowcount

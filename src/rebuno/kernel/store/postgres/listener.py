@@ -1,0 +1,62 @@
+"""The dispatch listener: LISTEN on `rebuno_dispatch` over a dedicated connection.
+
+A pooled connection cannot listen (it is handed to other work between uses), so the listener
+keeps one of its own, probes it when it has been quiet for a while (a dead peer would
+otherwise go unnoticed), and reconnects with capped exponential backoff after a loss. After
+every (re)connection it wakes the loop once: a dispatch enqueued while nobody was listening
+would otherwise wait for the next poll.
+Must import only psycopg, the domain and this package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from rebuno.kernel.store.postgres.connection import Server
+from rebuno.kernel.store.postgres.dispatches import CHANNEL
+
+log = logging.getLogger(__name__)
+
+_PROBE_INTERVAL_SECONDS = 30.0
+_FIRST_BACKOFF_SECONDS = 0.1
+_MAX_BACKOFF_SECONDS = 10.0
+
+
+class DispatchListener:
+    """Calls `wake` per notification until cancelled."""
+
+    def __init__(self, server: Server, wake: Callable[[], None]) -> None:
+        self._server = server
+        self._wake = wake
+        self._backoff = _FIRST_BACKOFF_SECONDS
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._listen()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                log.warning(
+                    "dispatch listener lost PostgreSQL %s (%s); reconnecting in %.1fs",
+                    self._server.name,
+                    self._server.reason(exc),
+                    self._backoff,
+                )
+            # A pause between attempts, not a wait for a condition: nothing signals that the
+            # server is back.
+            await asyncio.sleep(self._backoff)
+            self._backoff = min(self._backoff * 2, _MAX_BACKOFF_SECONDS)
+
+    async def _listen(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(self._server.conninfo, autocommit=True)
+        async with conn:
+            await conn.execute(f"LISTEN {CHANNEL}")
+            self._backoff = _FIRST_BACKOFF_SECONDS
+            self._wake()
+            while True:
+                async for _ in conn.notifies(timeout=_PROBE_INTERVAL_SECONDS):
+                    self._wake()
+                await conn.execute("SELECT 1")

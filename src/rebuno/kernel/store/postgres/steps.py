@@ -1,0 +1,155 @@
+"""SQL for the `steps` table: the step projection, read on every replay lookup.
+
+Must import only psycopg, the domain, `store.base` and this package.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rebuno.kernel.domain.records import Step
+from rebuno.kernel.store.base import StepKey
+from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.protocol.enums import Idempotency, StepKind, StepStatus
+
+COLUMNS = (
+    "s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,"
+    " s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,"
+    " s.proposed_seq, s.started_at, s.completed_at"
+)
+
+TERMINAL = "('succeeded', 'failed', 'denied', 'cancelled')"
+
+_INSERT = """
+    INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence, status,
+        idempotency, args, result, error, usage_input, usage_output, proposed_seq, started_at,
+        completed_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+_UPDATE = """
+    UPDATE steps SET status = %s, result = %s, error = %s, usage_input = %s, usage_output = %s,
+        started_at = %s, completed_at = %s
+    WHERE step_id = %s
+"""
+_GET = f"SELECT {COLUMNS} FROM steps s WHERE s.step_id = %s"
+_LIST = f"SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s ORDER BY s.proposed_seq"
+_LIST_TERMINAL = f"""
+    SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s AND s.status IN {TERMINAL}
+    ORDER BY s.proposed_seq
+"""
+_LIST_STATUS = f"""
+    SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s AND s.status = %s
+    ORDER BY s.proposed_seq
+"""
+# The text filter is only a cheap pre-selection; `error` is parsed in Python, so a malformed
+# value can never make the query fail.
+_FAILED_ERRORS = """
+    SELECT error FROM steps
+    WHERE execution_id = %s AND kind = %s AND target = %s AND args_hash = %s
+        AND status = 'failed' AND error LIKE '%%indeterminate%%'
+"""
+_SPENT_TOKENS = """
+    SELECT COALESCE(sum(COALESCE(usage_input, 0) + COALESCE(usage_output, 0)), 0)
+    FROM steps WHERE execution_id = %s
+"""
+
+
+def from_row(row: Sequence[Any]) -> Step:
+    return Step(
+        step_id=row[0],
+        execution_id=row[1],
+        kind=StepKind(row[2]),
+        target=row[3],
+        args_hash=row[4],
+        occurrence=row[5],
+        status=StepStatus(row[6]),
+        idempotency=Idempotency(row[7]),
+        args=row[8],
+        result=row[9],
+        error=row[10],
+        usage_input=row[11],
+        usage_output=row[12],
+        proposed_seq=row[13],
+        started_at=row[14],
+        completed_at=row[15],
+    )
+
+
+async def get(conn: Connection, step_id: str) -> Step | None:
+    cur = await conn.execute(_GET, (step_id,))
+    row = await cur.fetchone()
+    return None if row is None else from_row(row)
+
+
+async def insert(conn: Connection, s: Step) -> None:
+    await conn.execute(
+        _INSERT,
+        (
+            s.step_id,
+            s.execution_id,
+            s.kind.value,
+            s.target,
+            s.args_hash,
+            s.occurrence,
+            s.status.value,
+            s.idempotency.value,
+            s.args,
+            s.result,
+            s.error,
+            s.usage_input,
+            s.usage_output,
+            s.proposed_seq,
+            s.started_at,
+            s.completed_at,
+        ),
+    )
+
+
+async def update(conn: Connection, s: Step) -> None:
+    await conn.execute(
+        _UPDATE,
+        (
+            s.status.value,
+            s.result,
+            s.error,
+            s.usage_input,
+            s.usage_output,
+            s.started_at,
+            s.completed_at,
+            s.step_id,
+        ),
+    )
+
+
+async def list_for(conn: Connection, execution_id: str, status: str | None) -> list[Step]:
+    """`status`: `terminal`, a step status name, or None for all; in proposal order."""
+    if status is None:
+        cur = await conn.execute(_LIST, (execution_id,))
+    elif status == "terminal":
+        cur = await conn.execute(_LIST_TERMINAL, (execution_id,))
+    else:
+        cur = await conn.execute(_LIST_STATUS, (execution_id, status))
+    return [from_row(row) for row in await cur.fetchall()]
+
+
+async def has_indeterminate(conn: Connection, execution_id: str, key: StepKey) -> bool:
+    cur = await conn.execute(
+        _FAILED_ERRORS, (execution_id, key.kind.value, key.target, key.args_hash)
+    )
+    return any(_reason(row[0]) == "indeterminate" for row in await cur.fetchall())
+
+
+def _reason(error: str) -> object:
+    try:
+        parsed = json.loads(error)
+    except ValueError:
+        return None
+    return parsed.get("reason") if isinstance(parsed, dict) else None
+
+
+async def spent_tokens(conn: Connection, execution_id: str) -> int:
+    cur = await conn.execute(_SPENT_TOKENS, (execution_id,))
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,318 @@
+"""`PostgresStore`: the production backend of the `Store` protocol (psycopg 3, async pool).
+
+Every replica of the kernel opens one against the same database. Mutations of one execution
+serialise on a transaction-scoped advisory lock; the dispatch queue uses `SKIP LOCKED`;
+singleton work uses a session-level try-lock. Pooled connections run in autocommit, so a
+committed read is one statement and one round trip, and a transaction is written out
+explicitly in pipeline mode (see `transaction.py`).
+Must import only psycopg and psycopg_pool, `rebuno.kernel.store.base`, the domain and this
+package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import datetime, timedelta
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import psycopg
+from psycopg import pq
+from psycopg_pool import AsyncConnectionPool
+
+from rebuno.kernel.domain.errors import Unavailable
+from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
+from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page
+from rebuno.kernel.store.postgres import (
+    agents,
+    approvals,
+    dispatches,
+    events,
+    executions,
+    migrations,
+    rate_buckets,
+    steps,
+)
+from rebuno.kernel.store.postgres.connection import (
+    Connection,
+    Server,
+    domain_error,
+    execution_lock_key,
+    lock_key,
+    translated,
+)
+from rebuno.kernel.store.postgres.listener import DispatchListener
+from rebuno.kernel.store.postgres.transaction import PostgresTransaction
+from rebuno.protocol.enums import ApprovalStatus
+
+P = ParamSpec("P")
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+_DEFAULT_MIN_SIZE = 2
+_DEFAULT_MAX_SIZE = 10
+_ACQUIRE_TIMEOUT_SECONDS = 10.0
+"""How long a use case waits for a pooled connection before it fails as `Unavailable`."""
+_OPEN_TIMEOUT_SECONDS = 10.0
+_RETENTION_PAGE = 500
+"""Executions deleted per statement, so retention never holds many row locks for long."""
+
+_BEGIN = b"BEGIN"
+_COMMIT = b"COMMIT"
+_ROLLBACK = b"ROLLBACK"
+_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+
+
+class PostgresStore:
+    """A PostgreSQL database, given as a `postgres://` or `postgresql://` URL."""
+
+    def __init__(
+        self, url: str, *, min_size: int | None = None, max_size: int | None = None
+    ) -> None:
+        self._server = Server(url)
+        self._max_size = max_size if max_size is not None else max(_DEFAULT_MAX_SIZE, min_size or 0)
+        self._min_size = (
+            min_size if min_size is not None else min(_DEFAULT_MIN_SIZE, self._max_size)
+        )
+        if not 0 <= self._min_size <= self._max_size or self._max_size < 1:
+            raise ValueError(f"invalid pool size: min {min_size}, max {max_size}")
+        self._pool: AsyncConnectionPool[Connection] | None = None
+        self._pool_check: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        await self._migrate()
+        pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+            self._server.conninfo,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+            timeout=_ACQUIRE_TIMEOUT_SECONDS,
+            name="rebuno",
+            open=False,
+        )
+        try:
+            await pool.open(wait=True, timeout=_OPEN_TIMEOUT_SECONDS)
+        except psycopg.OperationalError as exc:
+            await pool.close()
+            raise self._server.unavailable(exc) from exc
+        self._pool = pool
+
+    async def _migrate(self) -> None:
+        conn = await self._connect()
+        async with conn:
+            with translated(self._server):
+                applied = await migrations.apply(conn)
+        if applied:
+            log.info("PostgreSQL %s: applied migrations %s", self._server.name, applied)
+
+    async def _connect(self) -> Connection:
+        """A dedicated connection, outside the pool."""
+        try:
+            return await psycopg.AsyncConnection.connect(self._server.conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise self._server.unavailable(exc) from exc
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if self._pool_check is not None:
+            self._pool_check.cancel()
+            self._pool_check = None
+        if pool is not None:
+            await pool.close()
+
+    async def ping(self) -> None:
+        async with self._connection() as conn:
+            with translated(self._server):
+                await conn.execute("SELECT 1", prepare=False)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        pool = self._pool
+        if pool is None:
+            raise Unavailable(f"PostgreSQL {self._server.name}: the store is not open")
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except Unavailable:
+            self._check_pool_soon(pool)
+            raise
+        except psycopg.OperationalError as exc:  # no connection within the timeout
+            self._check_pool_soon(pool)
+            raise self._server.unavailable(exc) from exc
+
+    def _check_pool_soon(self, pool: AsyncConnectionPool[Connection]) -> None:
+        # One connection turned out dead, so its idle siblings probably are too (a server
+        # restart kills them all): test them now rather than fail one request per corpse.
+        if self._pool_check is None or self._pool_check.done():
+            self._pool_check = asyncio.create_task(_check(pool), name="rebuno-pool-check")
+
+    # -- transactions --------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, execution_id: str | None = None
+    ) -> AsyncIterator[PostgresTransaction]:
+        async with self._connection() as conn:
+            try:
+                async with conn.pipeline() as pipeline:
+                    # Queued, not awaited: they go out with the block's first read (or with
+                    # the COMMIT), and the lock is held before that read's snapshot is taken.
+                    await conn.execute(_BEGIN, prepare=False)
+                    if execution_id is not None:
+                        await conn.execute(_LOCK, (execution_lock_key(execution_id),))
+                    try:
+                        yield PostgresTransaction(conn, self._server)
+                    except BaseException:
+                        await _abandon(conn, pipeline)
+                        raise
+                    await conn.execute(_COMMIT, prepare=False)
+                # Leaving the pipeline sends what is queued and waits: the commit's round trip.
+            except psycopg.Error as exc:
+                await _roll_back_after_failure(conn)
+                error = domain_error(exc, self._server)
+                if error is exc:
+                    raise
+                raise error from exc
+
+    @contextlib.asynccontextmanager
+    async def leader(self, key: str) -> AsyncIterator[bool]:
+        # A dedicated connection, not a pooled one: the lock lives as long as the session,
+        # and the block's own transactions must not compete with it for a pool slot.
+        conn = await self._connect()
+        async with conn:
+            with translated(self._server):
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(key),))
+                row = await cur.fetchone()
+            held = bool(row and row[0])
+            yield held
+            if held:
+                await self._unlock(conn, key)
+
+    async def _unlock(self, conn: Connection, key: str) -> None:
+        # Closing the session would release the lock too, but only once the server has
+        # processed the close; unlocking first hands it over before `leader` returns.
+        try:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(key),))
+        except psycopg.Error as exc:
+            log.warning(
+                "leader lock %r: unlock failed (%s); closing the session releases it",
+                key,
+                self._server.reason(exc),
+            )
+
+    # -- committed reads -----------------------------------------------------------------
+    async def _read(
+        self,
+        query: Callable[Concatenate[Connection, P], Coroutine[Any, Any, T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        async with self._connection() as conn:
+            with translated(self._server):
+                return await query(conn, *args, **kwargs)
+
+    async def get_execution(self, execution_id: str) -> Execution:
+        return await self._read(executions.get, execution_id)
+
+    async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
+        return await self._read(executions.list_page, flt)
+
+    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
+        return await self._read(events.list_after, execution_id, after_seq, limit)
+
+    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
+        return await self._read(steps.list_for, execution_id, status)
+
+    async def get_step(self, step_id: str) -> Step | None:
+        return await self._read(steps.get, step_id)
+
+    async def get_agent(self, agent_id: str) -> Agent:
+        return await self._read(agents.get, agent_id)
+
+    async def list_agents(self) -> list[Agent]:
+        return await self._read(agents.list_all)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return await self._read(approvals.get, approval_id)
+
+    async def list_approvals(
+        self, status: ApprovalStatus | None, execution_id: str | None
+    ) -> list[Approval]:
+        return await self._read(approvals.list_where, status, execution_id)
+
+    # -- dispatch queue ------------------------------------------------------------------
+    async def claim_dispatches(
+        self, replica_id: str, limit: int, now: datetime
+    ) -> list[ClaimedDispatch]:
+        return await self._read(dispatches.claim, replica_id, limit, now)
+
+    async def next_dispatch_due(self) -> datetime | None:
+        return await self._read(dispatches.next_due)
+
+    async def watch_dispatches(self, wake: Callable[[], None]) -> None:
+        await DispatchListener(self._server, wake).run()
+
+    async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:
+        total = 0
+        while True:
+            count = await self._read(dispatches.reclaim_page, now, default_lease)
+            total += count
+            if count < dispatches.RECLAIM_PAGE:
+                return total
+
+    # -- background sweeps ---------------------------------------------------------------
+    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:
+        return await self._read(approvals.list_expired, now, limit)
+
+    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]:
+        return await self._read(executions.list_overdue, now, limit)
+
+    async def delete_terminal_before(self, cutoff: datetime) -> int:
+        total = 0
+        while True:
+            count = await self._read(executions.delete_terminal_before, cutoff, _RETENTION_PAGE)
+            total += count
+            if count < _RETENTION_PAGE:
+                break
+        await self._read(rate_buckets.delete_before, cutoff)
+        return total
+
+
+async def _check(pool: AsyncConnectionPool[Connection]) -> None:
+    try:
+        await pool.check()
+    except psycopg.Error as exc:  # closed meanwhile; nothing left to check
+        log.debug("pool check skipped: %s", type(exc).__name__)
+
+
+async def _abandon(conn: Connection, pipeline: psycopg.AsyncPipeline) -> None:
+    """Queues the rollback of a block that raised; the pipeline's exit sends it. Never
+    raises: the block's own exception is the one to report."""
+    if conn.broken:
+        return
+    try:
+        if pipeline.status == pq.PipelineStatus.ABORTED:
+            # A queued statement failed: sync first, or the ROLLBACK would be skipped too.
+            # That failure is already the exception being raised.
+            with contextlib.suppress(psycopg.Error):
+                await pipeline.sync()
+        await conn.execute(_ROLLBACK, prepare=False)
+    except psycopg.Error:
+        # The session is unusable; the pool discards a connection returned mid-transaction
+        # when it cannot roll it back.
+        return
+
+
+async def _roll_back_after_failure(conn: Connection) -> None:
+    """After a failed commit the session is in an aborted transaction: end it, so the pool
+    gets the connection back clean (or, when that fails too, drops it)."""
+    if conn.broken or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    try:
+        await conn.execute(_ROLLBACK, prepare=False)
+    except psycopg.Error:
+        await conn.close()
