@@ -169,11 +169,16 @@ class DispatchLoop:
                 claimed = await self._claim()
                 if claimed and self._idle > 0:
                     continue
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that races the wake-up, and the loop would never stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), self._poll)
+                    async with asyncio.timeout(self._poll):
+                        await self._wakeup.wait()
         finally:
-            for worker in self._workers:
+            workers = list(self._workers)
+            for worker in workers:
                 worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
 
     async def _claim(self) -> int:
         if self._idle <= 0:

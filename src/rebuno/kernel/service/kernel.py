@@ -22,7 +22,8 @@ class Kernel(ExecutionUseCases, StepUseCases, ApprovalUseCases, AgentUseCases, D
 
     async def ready(self) -> bool:
         try:
-            await asyncio.wait_for(self.store.ping(), READY_TIMEOUT_SECONDS)
+            async with asyncio.timeout(READY_TIMEOUT_SECONDS):
+                await self.store.ping()
         except Exception as exc:  # any failure means "not ready"; the reason is logged
             log.warning("readiness check failed: %s", exc)
             return False

@@ -1,0 +1,171 @@
+"""Signed delivery, acknowledgement, retries with backoff, exhaustion and lease reclaim (§12),
+with a real ASGI agent app behind the webhook URL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from rebuno.kernel.dispatcher.delivery import HttpDeliverer
+from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service.dispatches import DispatchLoop
+from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.store.base import Store
+from rebuno.kernel.stream.memory import MemoryBus
+from rebuno.protocol.enums import ExecutionStatus
+from rebuno.protocol.signing import verify_body
+from tests.kernel.conftest import AGENT, settings
+from tests.support import wait_until
+
+SECRET = "s3cret"
+
+
+@dataclass
+class WebhookAgent:
+    """A minimal agent: records each signed webhook and answers with `status`."""
+
+    status: int = 200
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    signatures_ok: list[bool] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    hold: asyncio.Event | None = None
+
+    async def __call__(
+        self,
+        scope: dict[str, Any],
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = dict(scope["headers"])
+        self.signatures_ok.append(verify_body(SECRET, body, headers[b"rebuno-signature"].decode()))
+        self.deliveries.append(json.loads(body))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if self.hold is not None:
+            await self.hold.wait()
+        self.in_flight -= 1
+        await send({"type": "http.response.start", "status": self.status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.fixture
+def agent() -> WebhookAgent:
+    return WebhookAgent()
+
+
+@pytest.fixture
+async def live_kernel(store: Store, agent: WebhookAgent) -> AsyncIterator[Kernel]:
+    """A kernel on the real clock whose dispatch loop delivers to `agent`."""
+    kernel = Kernel(
+        store,
+        settings(dispatch_lease_timeout=timedelta(milliseconds=300), dispatch_concurrency=2),
+        bus=MemoryBus(),
+    )
+    await kernel.register_agent(AGENT, "http://agent.test/webhook", SECRET, None, None)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=agent))
+    loop = DispatchLoop(kernel, HttpDeliverer(client))
+    kernel.wake = loop.wake
+    task = asyncio.create_task(loop.run())
+    yield kernel
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await client.aclose()
+
+
+async def event_types(kernel: Kernel, execution_id: str) -> list[str]:
+    return [e.type for e in await kernel.list_events(execution_id, 0, 1000)]
+
+
+async def test_webhook_is_signed_and_ack_starts_the_execution(
+    live_kernel: Kernel, agent: WebhookAgent
+) -> None:
+    execution = await live_kernel.create_execution(AGENT, "null", None)
+
+    await wait_until(lambda: len(agent.deliveries) == 1)
+    await wait_until(
+        lambda: _status(live_kernel, execution.id, ExecutionStatus.RUNNING), message="started"
+    )
+
+    delivery = agent.deliveries[0]
+    assert list(delivery) == [
+        "execution_id",
+        "dispatch_id",
+        "dispatch_attempt",
+        "lease_timeout_seconds",
+    ]
+    assert delivery["execution_id"] == execution.id
+    assert delivery["dispatch_attempt"] == 1
+    assert agent.signatures_ok == [True]
+    types = await event_types(live_kernel, execution.id)
+    assert types[2:4] == ["dispatch.acked", "execution.started"]
+
+
+async def test_failed_deliveries_retry_then_exhaust(
+    live_kernel: Kernel, agent: WebhookAgent
+) -> None:
+    agent.status = 503
+    execution = await live_kernel.create_execution(AGENT, "null", None)
+
+    await wait_until(
+        lambda: _status(live_kernel, execution.id, ExecutionStatus.FAILED), message="exhausted"
+    )
+
+    failed = await live_kernel.get_execution(execution.id)
+    assert failed.failure_reason == "dispatch_exhausted"
+    assert [d["dispatch_attempt"] for d in agent.deliveries] == [1, 2, 3]
+    types = await event_types(live_kernel, execution.id)
+    assert types.count("dispatch.failed") == 3
+    assert types[-1] == "execution.failed"
+
+
+async def test_expired_lease_is_redelivered_with_the_next_attempt(
+    live_kernel: Kernel, agent: WebhookAgent
+) -> None:
+    execution = await live_kernel.create_execution(AGENT, "null", None)
+    await wait_until(lambda: len(agent.deliveries) == 1)
+
+    async def reclaimed() -> bool:
+        await lifecycle.reclaim_expired_leases(live_kernel)
+        return len(agent.deliveries) >= 2
+
+    await wait_until(reclaimed, message="redelivery after the lease expired")
+
+    assert agent.deliveries[1]["dispatch_id"] == agent.deliveries[0]["dispatch_id"]
+    assert agent.deliveries[1]["dispatch_attempt"] == 2
+    assert agent.deliveries[0]["execution_id"] == execution.id
+
+
+async def test_claims_never_exceed_idle_workers(live_kernel: Kernel, agent: WebhookAgent) -> None:
+    agent.hold = asyncio.Event()
+    for _ in range(5):
+        await live_kernel.create_execution(AGENT, "null", None)
+
+    await wait_until(lambda: agent.in_flight == 2)
+    claimed_while_busy = await live_kernel.store.claim_dispatches(
+        "replica-b", 10, live_kernel.clock()
+    )
+    agent.hold.set()
+    await wait_until(lambda: len(agent.deliveries) == 5 - len(claimed_while_busy))
+
+    assert agent.max_in_flight == 2
+    assert len(claimed_while_busy) == 3
+
+
+async def _status(kernel: Kernel, execution_id: str, status: ExecutionStatus) -> bool:
+    return (await kernel.get_execution(execution_id)).status is status
