@@ -93,6 +93,7 @@ class SqliteStore:
         return self._requested
 
     async def close(self) -> None:
+        # Taking the writer lock lets a transaction in progress finish (or roll back) first.
         async with self._write_lock:
             for conn in (self._reader, self._writer):
                 if conn is not None:
