@@ -1,7 +1,7 @@
 """pytest plugin: a fresh PostgreSQL database per test, cloned from a migrated template.
 
 The server is `REBUNO_TEST_DATABASE_URL`, or `postgresql://postgres@127.0.0.1:5432/postgres`.
-Once per session (and per pytest-xdist worker) a template database is created and migrated;
+Once per session (per pytest-xdist worker and process) a template database is created and migrated;
 each test then gets `CREATE DATABASE rebuno_t_<uuid> TEMPLATE <template>` (a file copy, far
 cheaper than migrating) and the database is dropped afterwards. When no server answers, the
 tests that need one are skipped with a message, or fail when `CI` is set.
@@ -70,7 +70,9 @@ async def _migrate(url: str) -> None:
 @pytest.fixture(scope="session")
 def postgres_template() -> Iterator[str]:
     """The name of this worker's migrated template database."""
-    name = f"rebuno_tpl_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    # Unique per xdist worker and per process: sessions running side by side on one server
+    # (two checkouts, two terminals) must not drop each other's template.
+    name = f"rebuno_tpl_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{os.getpid()}"
     try:
         admin = _admin()
     except psycopg.OperationalError as exc:

@@ -1,0 +1,299 @@
+"""What only the PostgreSQL store does: several replicas (each a `PostgresStore` with its own
+pool) on one database, migrations racing at boot, LISTEN/NOTIFY, session try-locks, and a
+server that goes away and comes back.
+
+The outage tests put a small TCP relay between the store and the server and stop it: the
+store sees exactly what it would see if the database went down, with no mock involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from rebuno.kernel.domain.errors import Unavailable
+from rebuno.kernel.store.postgres import PostgresStore
+from rebuno.kernel.store.postgres.migrations import available
+from tests.store.builders import dispatch, event, seed_dispatch, seed_execution
+from tests.support import START, wait_until
+
+pytestmark = pytest.mark.postgres
+
+NOW = START + timedelta(minutes=10)
+
+
+@pytest.fixture
+async def replicas(postgres_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """Two stores on one database, like two kernel replicas."""
+    first, second = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await first.open()
+    await second.open()
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def _query(url: str, statement: str) -> list[tuple[object, ...]]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(statement.encode())
+        return await cur.fetchall() if cur.description else []
+
+
+# -- migrations ----------------------------------------------------------------------------
+async def test_two_stores_migrating_an_empty_database_at_once_apply_each_version_once(
+    postgres_url: str,
+) -> None:
+    await _query(postgres_url, "DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    first, second = PostgresStore(postgres_url), PostgresStore(postgres_url)
+
+    await asyncio.gather(first.open(), second.open())
+
+    try:
+        rows = await _query(postgres_url, "SELECT version FROM schema_migrations ORDER BY 1")
+        assert [row[0] for row in rows] == [m.version for m in available()]
+        created = await seed_execution(first)
+        assert await second.get_execution(created.id) == created
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_large_json_columns_are_lz4_compressed_when_the_server_supports_it(
+    postgres_url: str,
+) -> None:
+    supported = await _server_has_lz4(postgres_url)
+
+    [(method,)] = await _query(
+        postgres_url,
+        "SELECT attcompression FROM pg_attribute"
+        " WHERE attrelid = 'events'::regclass AND attname = 'payload'",
+    )
+
+    assert method == ("l" if supported else "")
+
+
+async def _server_has_lz4(url: str) -> bool:
+    try:
+        await _query(url, "CREATE TEMP TABLE probe (t text COMPRESSION lz4)")
+    except psycopg.Error:
+        return False
+    return True
+
+
+# -- serialisation across replicas --------------------------------------------------------
+async def test_advisory_lock_keeps_event_seq_contiguous_under_appends_from_two_replicas(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    created = await seed_execution(replicas[0])
+
+    async def append_one(store: PostgresStore) -> None:
+        # Read-modify-write of `last_event_seq`: without the lock two writers would read
+        # the same value and one commit would fail on the (execution_id, event_seq) key.
+        async with store.transaction(created.id) as tx:
+            current = await tx.get_execution(created.id)
+            seq = current.last_event_seq + 1
+            await tx.append_events([event(created.id, seq, type="step.proposed")])
+            await tx.update_execution(replace(current, last_event_seq=seq))
+
+    await asyncio.gather(*(append_one(replicas[i % 2]) for i in range(20)))
+
+    logged = await replicas[1].list_events(created.id, 0, 100)
+    assert [e.event_seq for e in logged] == list(range(1, 21))
+    assert (await replicas[0].get_execution(created.id)).last_event_seq == 20
+
+
+async def test_claims_from_two_replicas_never_return_the_same_dispatch(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    created = await seed_execution(replicas[0])
+    queued = {(await seed_dispatch(replicas[0], created.id)).id for _ in range(30)}
+
+    async def claim_all(store: PostgresStore, replica_id: str) -> list[str]:
+        taken: list[str] = []
+        while batch := await store.claim_dispatches(replica_id, 3, NOW):
+            taken += [c.dispatch.id for c in batch]
+        return taken
+
+    first, second = await asyncio.gather(claim_all(replicas[0], "r1"), claim_all(replicas[1], "r2"))
+
+    assert not set(first) & set(second)
+    assert sorted(first + second) == sorted(queued)
+
+
+async def test_leader_lock_is_held_by_one_replica_at_a_time(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    async with replicas[0].leader("sweeper") as first, replicas[1].leader("sweeper") as second:
+        assert (first, second) == (True, False)
+
+    async with replicas[1].leader("sweeper") as after_release:
+        assert after_release is True
+
+
+# -- LISTEN / NOTIFY -----------------------------------------------------------------------
+class _Wakes:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+async def test_watch_dispatches_wakes_another_replica_once_the_insert_commits(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    created = await seed_execution(replicas[0])
+    wakes = _Wakes()
+    watcher = asyncio.create_task(replicas[1].watch_dispatches(wakes))
+    try:
+        await wait_until(lambda: wakes.count == 1, message="the listener is ready")
+
+        async with replicas[0].transaction(created.id) as tx:
+            await tx.insert_dispatch(dispatch(created.id))
+
+        await wait_until(lambda: wakes.count == 2, message="woken by the insert")
+    finally:
+        watcher.cancel()
+
+
+async def test_watch_dispatches_reconnects_after_losing_its_connection(
+    replicas: tuple[PostgresStore, PostgresStore],
+    postgres_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    created = await seed_execution(replicas[0])
+    wakes = _Wakes()
+    watcher = asyncio.create_task(replicas[1].watch_dispatches(wakes))
+    try:
+        await wait_until(lambda: wakes.count == 1, message="the listener is ready")
+
+        with caplog.at_level(logging.WARNING):
+            await _query(
+                postgres_url,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query = 'LISTEN rebuno_dispatch' AND pid <> pg_backend_pid()",
+            )
+            await wait_until(lambda: wakes.count == 2, message="listening again")
+        async with replicas[0].transaction(created.id) as tx:
+            await tx.insert_dispatch(dispatch(created.id))
+
+        await wait_until(lambda: wakes.count == 3, message="woken by the insert")
+        assert "dispatch listener lost PostgreSQL" in caplog.text
+    finally:
+        watcher.cancel()
+
+
+# -- an unreachable server -----------------------------------------------------------------
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def test_open_names_the_host_and_database_but_never_the_password() -> None:
+    url = f"postgresql://rebuno:hunter2@127.0.0.1:{_closed_port()}/rebuno_db"
+
+    with pytest.raises(Unavailable) as raised:
+        await PostgresStore(url).open()
+
+    assert "127.0.0.1" in raised.value.message
+    assert "rebuno_db" in raised.value.message
+    assert "hunter2" not in str(raised.value)
+
+
+class _Relay:
+    """A TCP relay to the real server that can be cut and restored on the same port."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._server: asyncio.Server | None = None
+        self._streams: set[asyncio.StreamWriter] = set()
+        self.port = _closed_port()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._streams):
+            writer.transport.abort()
+        self._streams.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._streams |= {writer, up_writer}
+        await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+
+
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    sink.transport.abort()
+
+
+@pytest.fixture
+async def relay(postgres_url: str) -> AsyncIterator[tuple[_Relay, str]]:
+    """A running relay and the URL of the test database through it."""
+    parts = urlsplit(postgres_url)
+    relay = _Relay(parts.hostname or "127.0.0.1", parts.port or 5432)
+    await relay.start()
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    try:
+        yield relay, parts._replace(netloc=f"{userinfo}{at}127.0.0.1:{relay.port}").geturl()
+    finally:
+        await relay.cut()
+
+
+async def test_store_fails_as_unavailable_while_the_server_is_gone_and_recovers_after(
+    relay: tuple[_Relay, str],
+) -> None:
+    cutter, url = relay
+    store = PostgresStore(url, min_size=2, max_size=4)
+    await store.open()
+    try:
+        created = await seed_execution(store)
+
+        await cutter.cut()
+        with pytest.raises(Unavailable):
+            await store.ping()
+        with pytest.raises(Unavailable):
+            async with store.transaction(created.id) as tx:
+                await tx.get_execution(created.id)
+
+        await cutter.start()
+        await wait_until(_answers(store), timeout=20, message="the store answers again")
+        assert await store.get_execution(created.id) == created
+    finally:
+        await store.close()
+
+
+def _answers(store: PostgresStore) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        try:
+            await store.ping()
+        except Unavailable:
+            return False
+        return True
+
+    return check
