@@ -75,8 +75,23 @@ def _type_hints(handler: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(handler)
     except Exception:
-        # Unresolvable annotations (a name defined later, a typo) bind as untyped fields.
-        return {}
+        return _hints_one_by_one(handler)
+
+
+def _hints_one_by_one(handler: Callable[..., Any]) -> dict[str, Any]:
+    """Resolve what can be resolved; a name that cannot (say, a class local to a function
+    under `from __future__ import annotations`) binds as an untyped field."""
+    namespace = getattr(handler, "__globals__", {})
+    hints: dict[str, Any] = {}
+    for name, annotation in getattr(handler, "__annotations__", {}).items():
+        if not isinstance(annotation, str):
+            hints[name] = annotation
+            continue
+        try:
+            hints[name] = eval(annotation, namespace)  # the same lookup get_type_hints does
+        except Exception:
+            hints[name] = Any
+    return hints
 
 
 def _fields_model(

@@ -38,8 +38,8 @@ def encode_json(value: Any) -> bytes:
     """Encode a JSON body, refusing anything that is not plain JSON with a `TypeError`."""
     try:
         return json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except ValueError as exc:
-        raise TypeError(f"value is not JSON-serializable: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"value is not JSON-serializable: {exc}") from None
 
 
 class KernelClient:
