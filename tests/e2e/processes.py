@@ -1,0 +1,144 @@
+"""Real processes for end-to-end tests: a kernel (`rebuno dev`) and agents, on loopback.
+
+Processes are killed with SIGKILL to simulate crashes; every wait is bounded and polled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import venv
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPAT_ROOT = Path(os.environ.get("REBUNO_COMPAT_DIR", ROOT / ".cache" / "compat"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Process:
+    """A child process whose output goes to a log file kept for failure messages."""
+
+    def __init__(self, args: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
+        self.log = log
+        self._out = log.open("ab")
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no flush, exactly like a crash."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._out.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._out.close()
+
+
+class Kernel(Process):
+    """`rebuno dev` on a given SQLite file and manifest, on a free loopback port."""
+
+    def __init__(
+        self,
+        db: Path,
+        manifest: Path,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [
+            sys.executable,
+            "-m",
+            "rebuno.cli.main",
+            "dev",
+            "--listen-addr",
+            f"127.0.0.1:{self.port}",
+            "--db-url",
+            f"sqlite:///{db}",
+            "--config",
+            str(manifest),
+        ]
+        super().__init__(args, log, env)
+        poll(self._healthy, 20, f"the kernel on {self.url}\n{self.output()}")
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"kernel exited early:\n{self.output()}")
+        try:
+            return httpx.get(f"{self.url}/v0/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def get(self, path: str) -> object:
+        response = httpx.get(f"{self.url}{path}", timeout=5)
+        response.raise_for_status()
+        return response.json()
+
+    def post(self, path: str, body: object) -> object:
+        response = httpx.post(f"{self.url}{path}", json=body, timeout=5)
+        response.raise_for_status()
+        return response.json() if response.content else None
+
+    def wait_for_status(self, execution_id: str, statuses: set[str], timeout: float) -> dict:
+        found: dict = {}
+
+        def reached() -> bool:
+            found.update(self.get(f"/v0/executions/{execution_id}"))  # type: ignore[arg-type]
+            return found.get("status") in statuses
+
+        poll(reached, timeout, f"execution {execution_id} to reach {statuses}")
+        return found
+
+
+def official_sdk_python(version: str) -> Path:
+    """The interpreter of a virtual environment holding the official SDK `rebuno==version`,
+    created on first use (from the package registry) and reused afterwards."""
+    home = COMPAT_ROOT / f"rebuno-{version}"
+    python = home / "bin" / "python"
+    marker = home / ".installed"
+    if not marker.exists():
+        venv.create(home, with_pip=True, clear=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", f"rebuno=={version}"],
+            check=True,
+            timeout=600,
+        )
+        marker.touch()
+    return python

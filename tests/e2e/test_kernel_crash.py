@@ -1,0 +1,54 @@
+"""The kernel is killed with SIGKILL while an execution is mid-step and restarted on the same
+SQLite file: the execution finishes, and its event log has no gap, loss or duplicate."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.processes import ROOT, Kernel, Process, free_port, official_sdk_python, poll
+from tests.e2e.test_official_sdk import manifest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+AGENT_SCRIPT = ROOT / "tests" / "e2e" / "official_agent.py"
+FAST = {"REBUNO_DISPATCH_LEASE_TIMEOUT": "1s", "REBUNO_DISPATCH_BACKOFF_BASE": "100ms"}
+
+
+def test_killed_kernel_restarts_and_finishes_the_execution(tmp_path: Path) -> None:
+    python = official_sdk_python("0.16.0")
+    agent_port = free_port()
+    side, gate = tmp_path / "side.txt", tmp_path / "go"
+    side.touch()
+    db, config = tmp_path / "kernel.db", manifest(tmp_path, agent_port)
+    kernel = Kernel(db, config, tmp_path / "kernel-1.log", env=FAST)
+    env = {"SIDE_FILE": str(side), "WAIT_IN_SECOND": str(gate)}
+    agent = Process(
+        [str(python), str(AGENT_SCRIPT), kernel.url, str(agent_port)], tmp_path / "agent.log", env
+    )
+    try:
+        created = kernel.post("/v0/executions", {"agent_id": "compat", "input": {"topic": "x"}})
+        execution_id = created["id"]  # type: ignore[index]
+        poll(lambda: "second" in side.read_text(), 30, f"the second step\n{agent.output()}")
+        events_before = kernel.get(f"/v0/executions/{execution_id}/events?limit=1000")
+
+        kernel.kill()
+        gate.touch()
+        kernel = Kernel(db, config, tmp_path / "kernel-2.log", env=FAST, port=kernel.port)
+        done = kernel.wait_for_status(execution_id, {"completed", "failed"}, 60)
+        events = kernel.get(f"/v0/executions/{execution_id}/events?limit=1000")
+    finally:
+        agent.stop()
+        kernel.stop()
+
+    assert done["status"] == "completed", (done, agent.output())
+    assert isinstance(events, list) and isinstance(events_before, list)
+    assert [e["event_seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[: len(events_before)] == events_before
+    succeeded = collections.Counter(
+        e["payload"]["step_id"] for e in events if e["type"] == "step.succeeded"
+    )
+    assert len(succeeded) == 2 and set(succeeded.values()) == {1}
+    assert side.read_text().split() == ["first", "second", "second"]

@@ -1,0 +1,58 @@
+"""The official Rebuno Python SDK (installed from the registry in its own environment, since
+it shares our import name) runs an agent against `rebuno dev` unchanged: two tool calls, a
+crash inside the second, re-dispatch, replay of the first, completion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.processes import ROOT, Kernel, Process, free_port, official_sdk_python, poll
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+AGENT_SCRIPT = ROOT / "tests" / "e2e" / "official_agent.py"
+
+
+def manifest(tmp_path: Path, agent_port: int) -> Path:
+    path = tmp_path / "rebuno.yaml"
+    path.write_text(
+        "agents:\n"
+        "  - id: compat\n"
+        f"    webhook_url: http://127.0.0.1:{agent_port}/webhook\n"
+        "    secret: compat-secret\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.29.2"])
+def test_official_sdk_runs_through_redispatch_and_replay(tmp_path: Path, version: str) -> None:
+    python = official_sdk_python(version)
+    agent_port = free_port()
+    side = tmp_path / "side.txt"
+    side.touch()
+    env = {"SIDE_FILE": str(side), "CRASH_IN_SECOND": str(tmp_path / "crashed")}
+    kernel = Kernel(
+        tmp_path / "kernel.db",
+        manifest(tmp_path, agent_port),
+        tmp_path / "kernel.log",
+        env={"REBUNO_DISPATCH_LEASE_TIMEOUT": "1s", "REBUNO_DISPATCH_BACKOFF_BASE": "100ms"},
+    )
+    args = [str(python), str(AGENT_SCRIPT), kernel.url, str(agent_port)]
+    agent = Process(args, tmp_path / "agent-1.log", env)
+    try:
+        created = kernel.post("/v0/executions", {"agent_id": "compat", "input": {"topic": "x"}})
+        execution_id = created["id"]  # type: ignore[index]
+        poll(lambda: agent.proc.poll() is not None, 60, f"the crash\n{agent.output()}")
+        agent.stop()
+        agent = Process(args, tmp_path / "agent-2.log", env)
+
+        done = kernel.wait_for_status(execution_id, {"completed", "failed"}, 60)
+    finally:
+        agent.stop()
+        kernel.stop()
+
+    assert done["status"] == "completed", (done, agent.output(), kernel.output())
+    assert done["output"] == {"summary": "2 results", "topic": "x"}
+    assert side.read_text().split() == ["first", "second", "second"]
