@@ -118,9 +118,7 @@ class Transaction(Protocol):
 
     async def list_pending_approvals(self, execution_id: str) -> list[Approval]: ...
 
-    async def list_steps_with_status(
-        self, execution_id: str, status: StepStatus
-    ) -> list[Step]: ...
+    async def list_steps_with_status(self, execution_id: str, status: StepStatus) -> list[Step]: ...
 
     async def has_indeterminate_step(self, execution_id: str, key: StepKey) -> bool:
         """Whether a step with this key failed with `error.reason = indeterminate`."""
