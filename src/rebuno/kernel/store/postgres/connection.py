@@ -19,7 +19,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
-from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, Unavailable
+from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, KernelError, Unavailable
 
 Connection: TypeAlias = psycopg.AsyncConnection[TupleRow]
 
@@ -93,17 +93,21 @@ def execution_lock_key(execution_id: str) -> int:
 def domain_error(exc: psycopg.Error, server: Server) -> Exception:
     """The domain error a driver error stands for; the driver error itself when it means
     nothing to the domain (a bug in a query is an internal error, not a conflict)."""
+    if isinstance(exc, pg_errors.PipelineAborted):
+        return KernelError(
+            "the transaction was aborted by an earlier failed statement and cannot go on"
+        )
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return server.unavailable(exc)
     message = exc.diag.message_primary or _first_line(exc)
+    detail = exc.diag.message_detail
     if exc.sqlstate == _TERMINAL_EXECUTION:
         return ExecutionTerminal(message)
     if exc.sqlstate == _TERMINAL_STEP:
         return Conflict(message)
-    if isinstance(exc, pg_errors.UniqueViolation):
-        return Conflict(f"already exists: {exc.diag.message_detail or message}")
-    if isinstance(exc, pg_errors.ForeignKeyViolation):
-        return Conflict(f"{message}: {exc.diag.message_detail or ''}".rstrip(": "))
+    if isinstance(exc, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
+        # The detail names the key and its values, e.g. `Key (id)=(...) already exists.`
+        return Conflict(f"{message}: {detail}" if detail else message)
     return exc
 
 

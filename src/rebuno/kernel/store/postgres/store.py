@@ -290,21 +290,19 @@ async def _check(pool: AsyncConnectionPool[Connection]) -> None:
 
 
 async def _abandon(conn: Connection, pipeline: psycopg.AsyncPipeline) -> None:
-    """Queues the rollback of a block that raised; the pipeline's exit sends it. Never
-    raises: the block's own exception is the one to report."""
+    """Rolls back a block that raised. Never raises: the block's own exception is the one to
+    report, and a broken session is discarded by the pool anyway."""
     if conn.broken:
         return
-    try:
-        if pipeline.status == pq.PipelineStatus.ABORTED:
-            # A queued statement failed: sync first, or the ROLLBACK would be skipped too.
-            # That failure is already the exception being raised.
-            with contextlib.suppress(psycopg.Error):
-                await pipeline.sync()
-        await conn.execute(_ROLLBACK, prepare=False)
-    except psycopg.Error:
-        # The session is unusable; the pool discards a connection returned mid-transaction
-        # when it cannot roll it back.
-        return
+    with contextlib.suppress(psycopg.Error):
+        try:
+            await conn.execute(_ROLLBACK, prepare=False)
+            await pipeline.sync()
+        except psycopg.Error:
+            # A queued statement had failed, and the server skipped everything after it up
+            # to the sync, this ROLLBACK included: the transaction is still open (aborted).
+            await conn.execute(_ROLLBACK, prepare=False)
+            await pipeline.sync()
 
 
 async def _roll_back_after_failure(conn: Connection) -> None:
