@@ -37,7 +37,9 @@ class Server:
         try:
             params = conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
-            raise Unavailable(f"invalid PostgreSQL URL: {_first_line(exc)}") from exc
+            # libpq quotes the whole URL in its message, password included.
+            reason = _first_line(exc).replace(url, "<url>")
+            raise Unavailable(f"invalid PostgreSQL URL: {reason}") from None
         self._password = str(params.get("password") or "")
         self.name = _describe(params)
         self._conninfo = make_conninfo(url, **_session_defaults(params))

@@ -3,8 +3,8 @@
 Every replica of the kernel opens one against the same database. Mutations of one execution
 serialise on a transaction-scoped advisory lock; the dispatch queue uses `SKIP LOCKED`;
 singleton work uses a session-level try-lock. Pooled connections run in autocommit, so a
-committed read is one statement and one round trip, and a transaction is written out
-explicitly in pipeline mode (see `transaction.py`).
+committed read is one statement and one round trip; a transaction is begun and committed
+explicitly, in pipeline mode (see `transaction.py`).
 Must import only psycopg and psycopg_pool, `rebuno.kernel.store.base`, the domain and this
 package.
 """
@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
-from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from rebuno.kernel.domain.errors import Unavailable
@@ -35,16 +34,9 @@ from rebuno.kernel.store.postgres import (
     rate_buckets,
     steps,
 )
-from rebuno.kernel.store.postgres.connection import (
-    Connection,
-    Server,
-    domain_error,
-    execution_lock_key,
-    lock_key,
-    translated,
-)
+from rebuno.kernel.store.postgres.connection import Connection, Server, lock_key, translated
 from rebuno.kernel.store.postgres.listener import DispatchListener
-from rebuno.kernel.store.postgres.transaction import PostgresTransaction
+from rebuno.kernel.store.postgres.transaction import PostgresTransaction, pipelined
 from rebuno.protocol.enums import ApprovalStatus
 
 P = ParamSpec("P")
@@ -58,11 +50,6 @@ _ACQUIRE_TIMEOUT_SECONDS = 10.0
 _OPEN_TIMEOUT_SECONDS = 10.0
 _RETENTION_PAGE = 500
 """Executions deleted per statement, so retention never holds many row locks for long."""
-
-_BEGIN = b"BEGIN"
-_COMMIT = b"COMMIT"
-_ROLLBACK = b"ROLLBACK"
-_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 
 class PostgresStore:
@@ -156,27 +143,8 @@ class PostgresStore:
     async def transaction(
         self, execution_id: str | None = None
     ) -> AsyncIterator[PostgresTransaction]:
-        async with self._connection() as conn:
-            try:
-                async with conn.pipeline() as pipeline:
-                    # Queued, not awaited: they go out with the block's first read (or with
-                    # the COMMIT), and the lock is held before that read's snapshot is taken.
-                    await conn.execute(_BEGIN, prepare=False)
-                    if execution_id is not None:
-                        await conn.execute(_LOCK, (execution_lock_key(execution_id),))
-                    try:
-                        yield PostgresTransaction(conn, self._server)
-                    except BaseException:
-                        await _abandon(conn, pipeline)
-                        raise
-                    await conn.execute(_COMMIT, prepare=False)
-                # Leaving the pipeline sends what is queued and waits: the commit's round trip.
-            except psycopg.Error as exc:
-                await _roll_back_after_failure(conn)
-                error = domain_error(exc, self._server)
-                if error is exc:
-                    raise
-                raise error from exc
+        async with self._connection() as conn, pipelined(conn, self._server, execution_id) as tx:
+            yield tx
 
     @contextlib.asynccontextmanager
     async def leader(self, key: str) -> AsyncIterator[bool]:
@@ -287,30 +255,3 @@ async def _check(pool: AsyncConnectionPool[Connection]) -> None:
         await pool.check()
     except psycopg.Error as exc:  # closed meanwhile; nothing left to check
         log.debug("pool check skipped: %s", type(exc).__name__)
-
-
-async def _abandon(conn: Connection, pipeline: psycopg.AsyncPipeline) -> None:
-    """Rolls back a block that raised. Never raises: the block's own exception is the one to
-    report, and a broken session is discarded by the pool anyway."""
-    if conn.broken:
-        return
-    with contextlib.suppress(psycopg.Error):
-        try:
-            await conn.execute(_ROLLBACK, prepare=False)
-            await pipeline.sync()
-        except psycopg.Error:
-            # A queued statement had failed, and the server skipped everything after it up
-            # to the sync, this ROLLBACK included: the transaction is still open (aborted).
-            await conn.execute(_ROLLBACK, prepare=False)
-            await pipeline.sync()
-
-
-async def _roll_back_after_failure(conn: Connection) -> None:
-    """After a failed commit the session is in an aborted transaction: end it, so the pool
-    gets the connection back clean (or, when that fails too, drops it)."""
-    if conn.broken or conn.info.transaction_status == pq.TransactionStatus.IDLE:
-        return
-    try:
-        await conn.execute(_ROLLBACK, prepare=False)
-    except psycopg.Error:
-        await conn.close()

@@ -1,4 +1,5 @@
-"""`PostgresTransaction`: the `Transaction` protocol over one pooled connection in pipeline mode.
+"""`PostgresTransaction` (the `Transaction` protocol over one pooled connection in pipeline
+mode) and `pipelined`, which begins, commits or rolls it back.
 
 Writes are queued, not awaited: they travel with the next read or with the COMMIT, so a use
 case costs one round trip per read it makes plus one for the commit. A trigger refusal or a
@@ -9,9 +10,13 @@ Must import only psycopg, the domain, `store.base` and this package.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import datetime
 from typing import TypeVar
+
+import psycopg
+from psycopg import pq
 
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
 from rebuno.kernel.store.base import StepIdFn, StepKey, Submission
@@ -25,10 +30,21 @@ from rebuno.kernel.store.postgres import (
     steps,
     submissions,
 )
-from rebuno.kernel.store.postgres.connection import Connection, Server, translated
+from rebuno.kernel.store.postgres.connection import (
+    Connection,
+    Server,
+    domain_error,
+    execution_lock_key,
+    translated,
+)
 from rebuno.protocol.enums import StepStatus
 
 T = TypeVar("T")
+
+_BEGIN = b"BEGIN"
+_COMMIT = b"COMMIT"
+_ROLLBACK = b"ROLLBACK"
+_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 
 class PostgresTransaction:
@@ -134,3 +150,58 @@ class PostgresTransaction:
 
     async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
         await self._run(agents.set_policy_bundle(self._conn, agent_id, bundle))
+
+
+@contextlib.asynccontextmanager
+async def pipelined(
+    conn: Connection, server: Server, execution_id: str | None
+) -> AsyncIterator[PostgresTransaction]:
+    """Begins a transaction on `conn` (taking the execution's lock when an id is given),
+    commits it when the block exits normally and rolls it back when it raises."""
+    try:
+        async with conn.pipeline() as pipeline:
+            # Queued, not awaited: they go out with the block's first read (or with the
+            # COMMIT), and the lock is granted before that read's snapshot is taken.
+            await conn.execute(_BEGIN, prepare=False)
+            if execution_id is not None:
+                await conn.execute(_LOCK, (execution_lock_key(execution_id),))
+            try:
+                yield PostgresTransaction(conn, server)
+            except BaseException:
+                await _abandon(conn, pipeline)
+                raise
+            await conn.execute(_COMMIT, prepare=False)
+        # Leaving the pipeline sends what is queued and waits: the commit's round trip.
+    except psycopg.Error as exc:
+        await _end_failed(conn)
+        error = domain_error(exc, server)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+async def _abandon(conn: Connection, pipeline: psycopg.AsyncPipeline) -> None:
+    """Rolls back a block that raised. Never raises: the block's own exception is the one to
+    report, and a broken session is discarded by the pool anyway."""
+    if conn.broken:
+        return
+    with contextlib.suppress(psycopg.Error):
+        try:
+            await conn.execute(_ROLLBACK, prepare=False)
+            await pipeline.sync()
+        except psycopg.Error:
+            # A queued statement had failed, and the server skipped everything after it up
+            # to the sync, this ROLLBACK included: the transaction is still open (aborted).
+            await conn.execute(_ROLLBACK, prepare=False)
+            await pipeline.sync()
+
+
+async def _end_failed(conn: Connection) -> None:
+    """After a failed commit the session is in an aborted transaction: end it, so the pool
+    gets the connection back clean (or, when that fails too, drops it)."""
+    if conn.broken or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    try:
+        await conn.execute(_ROLLBACK, prepare=False)
+    except psycopg.Error:
+        await conn.close()
