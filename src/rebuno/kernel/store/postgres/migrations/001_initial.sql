@@ -1,6 +1,7 @@
 -- The initial schema: tables, indexes and the triggers that guard terminal records.
 -- JSON values are `text`, stored exactly as the kernel encoded them (never jsonb, which would
--- reorder keys and normalise numbers).
+-- reorder keys and normalise numbers). Tables whose rows are updated in place many times keep
+-- free space in each page (fillfactor), so those updates can stay on the page (HOT).
 
 CREATE TABLE agents (
     id text PRIMARY KEY,
@@ -23,7 +24,7 @@ CREATE TABLE executions (
     updated_at timestamptz NOT NULL,
     deadline_at timestamptz,
     last_event_seq bigint NOT NULL
-);
+) WITH (fillfactor = 80);
 
 CREATE TABLE events (
     execution_id text NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
@@ -52,7 +53,7 @@ CREATE TABLE steps (
     started_at timestamptz,
     completed_at timestamptz,
     UNIQUE (execution_id, kind, target, args_hash, occurrence)
-);
+) WITH (fillfactor = 80);
 
 CREATE TABLE approvals (
     id text PRIMARY KEY,
@@ -79,7 +80,7 @@ CREATE TABLE dispatches (
     locked_at timestamptz,
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL
-);
+) WITH (fillfactor = 80);
 
 CREATE TABLE dispatch_step_counters (
     dispatch_id text NOT NULL REFERENCES dispatches (id) ON DELETE CASCADE,
@@ -88,7 +89,7 @@ CREATE TABLE dispatch_step_counters (
     args_hash text NOT NULL,
     consumed integer NOT NULL,
     PRIMARY KEY (dispatch_id, kind, target, args_hash)
-);
+) WITH (fillfactor = 80);
 
 CREATE TABLE rate_buckets (
     key text PRIMARY KEY,
@@ -96,7 +97,7 @@ CREATE TABLE rate_buckets (
     max_tokens double precision NOT NULL,
     window_seconds double precision NOT NULL,
     updated_at timestamptz NOT NULL
-);
+) WITH (fillfactor = 80);
 
 -- No index names `updated_at`, `locked_at` or `last_event_seq`: those move on every step and
 -- every lease renewal, and leaving them unindexed keeps those updates HOT (no index writes).
