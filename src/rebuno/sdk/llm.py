@@ -187,11 +187,17 @@ def _teed(
 
 
 class _Tee(httpx.AsyncByteStream):
-    """Passes the provider's bytes through as they arrive, and records the whole at the end."""
+    """Passes the provider's bytes through as they arrive, and records the whole at the end.
+
+    Readers often stop at the stream's `[DONE]` and iterate again (or close) to drain the
+    rest, so every iteration continues the one upstream iterator, and closing early drains
+    it: only a complete answer is ever recorded.
+    """
 
     def __init__(self, context: ExecutionContext, upstream: httpx.Response, step_id: str) -> None:
         self._context = context
         self._upstream = upstream
+        self._source: AsyncIterator[bytes] | None = None
         self._step_id = step_id
         self._parts: list[bytes] = []
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -199,8 +205,10 @@ class _Tee(httpx.AsyncByteStream):
         self._finished = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._source is None:
+            self._source = self._upstream.aiter_bytes()
         try:
-            async for chunk in self._upstream.aiter_bytes():
+            async for chunk in self._source:
                 self._parts.append(chunk)
                 self._publisher.feed(self._decoder.decode(chunk))
                 yield chunk
@@ -212,24 +220,38 @@ class _Tee(httpx.AsyncByteStream):
         await self._complete()
 
     async def aclose(self) -> None:
-        await self._upstream.aclose()
-        await self._fail(None)
+        try:
+            if not self._finished:
+                async for _ in self:
+                    pass
+        except httpx.HTTPError as exc:
+            # Already recorded as the step's failure; closing must not raise for it again.
+            logger.warning(
+                "stream of step_id=%s execution_id=%s failed while draining: %r",
+                self._step_id,
+                self._context.id,
+                exc,
+            )
+        finally:
+            await self._upstream.aclose()
 
     async def _complete(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
         self._publisher.feed(self._decoder.decode(b"", final=True))
         await self._publisher.finish()
-        self._finished = True
         record = _record_of(self._upstream, b"".join(self._parts))
         await self._context.record_llm(self._step_id, record)
 
-    async def _fail(self, exc: BaseException | None) -> None:
+    async def _fail(self, exc: BaseException) -> None:
         # A truncated answer must never be recorded as the call's result.
         if self._finished:
             return
         self._finished = True
         self._publisher.abort()
-        message = f"stream ended early: {exc!r}" if exc else "stream closed before it ended"
         try:
+            message = f"stream ended early: {exc!r}"
             await asyncio.shield(self._context.fail_llm(self._step_id, message))
         except (RebunoError, asyncio.CancelledError) as failure:
             # The stream's own error matters more; losing this record only reruns the call.
