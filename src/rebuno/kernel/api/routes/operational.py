@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from rebuno.kernel import metrics
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.errors import guarded
 from rebuno.kernel.api.schemas import json_response
@@ -40,6 +41,7 @@ class OperationalRoutes:
         return json_response({"status": "unavailable"}, 503)
 
     async def metrics(self, request: Request) -> Response:
-        """No metrics are exported yet; the route answers so scrapers do not alert."""
+        """The Prometheus text; the queue lag is read from the store at scrape time."""
         await self._gate.anyone(request)
-        return Response(b"", media_type=PROMETHEUS_MEDIA_TYPE)
+        await metrics.refresh_queue_lag(self._kernel.store.next_dispatch_due, self._kernel.clock())
+        return Response(metrics.render(), media_type=PROMETHEUS_MEDIA_TYPE)
