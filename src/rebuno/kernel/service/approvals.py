@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.errors import Conflict, Forbidden
 from rebuno.kernel.domain.event import EventBatch
@@ -100,6 +101,7 @@ class ApprovalUseCases(ServiceBase):
                 rationale=rationale or None,
             )
             await tx.update_approval(resolved)
+            metrics.approval_resolved(status, approval.created_at, now)
             batch.approval(
                 _RESOLUTION_EVENT[status],
                 approval.id,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import uuid_utils
 
+from rebuno.kernel import metrics
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.errors import LeaseSuperseded
 from rebuno.kernel.domain.event import EventBatch
@@ -95,6 +96,7 @@ async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> Non
     if not batch.events:
         return
     await tx.append_events(batch.events)
+    metrics.record_events(batch.events)
     await tx.update_execution(replace(execution, last_event_seq=batch.last_seq))
 
 

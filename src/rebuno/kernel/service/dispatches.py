@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
+from rebuno.kernel import metrics
 from rebuno.kernel.domain.dispatch import DeliveryOutcome, backoff, effective_lease, webhook_body
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.records import Dispatch, Execution
@@ -34,14 +35,18 @@ class Deliverer(Protocol):
 
 class DispatchUseCases(ServiceBase):
     async def claim(self, limit: int) -> list[ClaimedDispatch]:
-        return await self.store.claim_dispatches(self.settings.replica_id, limit, self.clock())
+        return metrics.claimed(
+            await self.store.claim_dispatches(self.settings.replica_id, limit, self.clock())
+        )
 
     async def deliver(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> None:
         dispatch = claimed.dispatch
         if claimed.execution_status.is_terminal:
+            metrics.dispatch_discarded()
             await self._discard(dispatch)
             return
         if dispatch.attempt > dispatch.max_attempts:
+            metrics.dispatch_exhausted()
             await self._exhaust(dispatch)
             return
         lease = effective_lease(claimed.agent, self.settings.dispatch_lease_timeout)
@@ -52,6 +57,7 @@ class DispatchUseCases(ServiceBase):
             webhook_body(dispatch, lease),
             self.settings.dispatch_timeout.total_seconds(),
         )
+        metrics.delivery_attempted(outcome.ok)
         if outcome.ok:
             await self._record_ack(dispatch)
         else:
@@ -190,6 +196,7 @@ class DispatchLoop:
             return 0
         for claimed in batch:
             self._idle -= 1
+            metrics.delivery_started()
             worker = asyncio.create_task(
                 self._deliver(claimed), name=f"deliver-{claimed.dispatch.id}"
             )
@@ -208,5 +215,6 @@ class DispatchLoop:
                 claimed.dispatch.id,
             )
         finally:
+            metrics.delivery_finished()
             self._idle += 1
             self._wakeup.set()

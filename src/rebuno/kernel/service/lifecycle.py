@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
+from rebuno.kernel import metrics
 from rebuno.kernel.domain.errors import ExecutionTerminal, KernelError
 from rebuno.kernel.service.base import log
 from rebuno.kernel.service.executions import DEADLINE_EXCEEDED
@@ -25,6 +26,7 @@ async def reclaim_expired_leases(kernel: Kernel) -> int:
     count = await kernel.store.reclaim_expired(
         kernel.clock(), kernel.settings.dispatch_lease_timeout
     )
+    metrics.leases_reclaimed(count)
     if count:
         log.info("returned %d expired dispatch leases to the queue", count)
         kernel.wake()

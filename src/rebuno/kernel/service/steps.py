@@ -11,6 +11,7 @@ import random
 from dataclasses import replace
 from functools import partial
 
+from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import StepDecision, StepRequest
 from rebuno.kernel.domain.errors import Conflict, NotFound
@@ -57,6 +58,7 @@ class StepUseCases(ServiceBase):
             execution = sub.execution
             check_owner(execution, agent_id)
             if execution.status.is_terminal:
+                metrics.step_decided(request.kind, Decision.EXECUTION_TERMINAL)
                 return StepDecision(Decision.EXECUTION_TERMINAL)
             if not sub.lease_live:
                 raise superseded(execution_id, lease)
@@ -77,6 +79,7 @@ class StepUseCases(ServiceBase):
             await flush(tx, execution, batch)
         if woke:
             self.wake()
+        metrics.step_decided(request.kind, decision.decision)
         return decision
 
     async def _decide_recorded(
@@ -171,7 +174,7 @@ class StepUseCases(ServiceBase):
         except Exception:
             log.exception("stored policy bundle of agent %s no longer compiles", agent.id)
             return bundle_error("policy_bundle_invalid")
-        return bundle.evaluate(agent.id, request.kind, request.target, request.args)
+        return metrics.evaluate_policy(bundle, agent.id, request.kind, request.target, request.args)
 
     async def _check_rate_limit(
         self,
