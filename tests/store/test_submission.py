@@ -42,7 +42,9 @@ async def test_first_submission_gets_occurrence_zero_and_no_step(store: Store) -
 
     loaded = await _load(store, created.id, lease)
 
-    assert loaded == Submission(execution=created, lease_live=True, occurrence=0, existing=None)
+    assert loaded == Submission(
+        execution=created, lease_live=True, occurrence=0, existing=None, policy_bundle=None
+    )
 
 
 async def test_occurrence_follows_the_counter_and_finds_the_recorded_step(store: Store) -> None:
@@ -129,3 +131,30 @@ async def test_renew_lease_moves_locked_at_only_for_the_owner(store: Store) -> N
     assert (stale, owner) == (False, True)
     assert renewed is not None
     assert renewed.locked_at == LATER
+
+
+async def test_submission_carries_the_agents_policy_bundle(store: Store) -> None:
+    created = await seed_execution(store)
+    async with store.transaction() as tx:
+        await tx.set_policy_bundle(created.agent_id, "default_action: allow\n")
+    lease = await _lease_of(store, created.id)
+
+    loaded = await _load(store, created.id, lease)
+
+    assert loaded.policy_bundle == "default_action: allow\n"
+
+
+async def test_completion_reads_execution_step_and_dispatch_together(store: Store) -> None:
+    created = await seed_execution(store)
+    lease = await _lease_of(store, created.id)
+
+    async with store.transaction(created.id) as tx:
+        loaded = await tx.load_completion(created.id, "f" * 64, lease.dispatch_id)
+        foreign = await tx.load_completion(
+            created.id, "f" * 64, "01900000-0000-7000-8000-0000000fffff"
+        )
+
+    assert loaded.execution == created
+    assert loaded.step is None
+    assert loaded.dispatch is not None and loaded.dispatch.attempt == lease.attempt
+    assert foreign.dispatch is None

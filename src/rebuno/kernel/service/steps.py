@@ -14,7 +14,7 @@ from functools import partial
 from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import StepDecision, StepRequest
-from rebuno.kernel.domain.errors import Conflict, NotFound
+from rebuno.kernel.domain.errors import Conflict, NotFound, ValidationFailed
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, transition
 from rebuno.kernel.domain.identity import step_id as compute_step_id
@@ -69,7 +69,7 @@ class StepUseCases(ServiceBase):
                 decision = await self._decide_recorded(tx, sub.existing, request, batch)
             else:
                 decision, execution = await self._decide_new(
-                    tx, execution, step_id, sub.occurrence, request, batch
+                    tx, execution, sub.policy_bundle, step_id, sub.occurrence, request, batch
                 )
             if decision.step_id is not None and (
                 decision.decision in _COUNTED or decision.approval_id is not None
@@ -128,6 +128,7 @@ class StepUseCases(ServiceBase):
         self,
         tx: Transaction,
         execution: Execution,
+        policy_bundle: str | None,
         step_id: str,
         occurrence: int,
         request: StepRequest,
@@ -144,7 +145,7 @@ class StepUseCases(ServiceBase):
                 PolicyAction.DENY, steps.INDETERMINATE_RETRY_REASON, steps.INDETERMINATE_RETRY_RULE
             )
             return await self._record_denied(tx, step, result, batch), execution
-        result = await self._evaluate_policy(tx, execution, request)
+        result = self._evaluate_policy(execution, policy_bundle, request)
         if result.rate_limit is not None and result.rate_limit.max_calls > 0:
             limited = await self._check_rate_limit(tx, execution, step, result, batch)
             if limited is not None:
@@ -158,23 +159,20 @@ class StepUseCases(ServiceBase):
             case PolicyAction.REQUIRE_APPROVAL:
                 return await self._record_approval(tx, execution, step, result, batch)
 
-    async def _evaluate_policy(
-        self, tx: Transaction, execution: Execution, request: StepRequest
+    def _evaluate_policy(
+        self, execution: Execution, policy_bundle: str | None, request: StepRequest
     ) -> PolicyResult:
-        """Fail closed: an agent that cannot be read, or a stored bundle that no longer
-        compiles, denies rather than silently allowing."""
-        try:
-            agent = await tx.get_agent(execution.agent_id)
-        except NotFound:
-            return bundle_error("agent_lookup_failed")
-        if not agent.policy_bundle:
+        """Fail closed: a stored bundle that no longer compiles denies rather than allows."""
+        if not policy_bundle:
             return PERMISSIVE
         try:
-            bundle = self.bundles.get(agent.policy_bundle)
-        except Exception:
-            log.exception("stored policy bundle of agent %s no longer compiles", agent.id)
+            bundle = self.bundles.get(policy_bundle)
+        except ValidationFailed:
+            log.exception("stored policy bundle of agent %s no longer compiles", execution.agent_id)
             return bundle_error("policy_bundle_invalid")
-        return metrics.evaluate_policy(bundle, agent.id, request.kind, request.target, request.args)
+        return metrics.evaluate_policy(
+            bundle, execution.agent_id, request.kind, request.target, request.args
+        )
 
     async def _check_rate_limit(
         self,
@@ -287,19 +285,15 @@ class StepUseCases(ServiceBase):
     ) -> StepDecision:
         """§9 in its order: step, terminal execution, weak lease, terminal step, status."""
         async with self.store.transaction(execution_id) as tx:
-            step = await tx.get_step(step_id)
-            if step is None or step.execution_id != execution_id:
+            loaded = await tx.load_completion(execution_id, step_id, lease.dispatch_id)
+            step, execution = loaded.step, loaded.execution
+            if step is None:
                 raise NotFound(f"step {step_id} not found in execution {execution_id}")
-            execution = await tx.get_execution(execution_id)
             check_owner(execution, agent_id)
             if execution.status.is_terminal:
                 return StepDecision(Decision.EXECUTION_TERMINAL)
-            dispatch = await tx.get_dispatch(lease.dispatch_id)
-            if (
-                dispatch is None
-                or dispatch.execution_id != execution_id
-                or dispatch.attempt != lease.attempt
-            ):
+            # The weak check (§9): the attempt must not have moved; its status may have.
+            if loaded.dispatch is None or loaded.dispatch.attempt != lease.attempt:
                 raise superseded(execution_id, lease)
             if step.status.is_terminal:
                 if result is not None:

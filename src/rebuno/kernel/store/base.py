@@ -67,6 +67,19 @@ class Submission:
     """The next occurrence for this step key in this dispatch (0 when none was used)."""
     existing: Step | None
     """The step already recorded under the id that occurrence yields, if any."""
+    policy_bundle: str | None
+    """The execution's agent's policy bundle, read in the same statement for a new step."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """Everything completing or failing a step reads, fetched together under the lock."""
+
+    execution: Execution
+    step: Step | None
+    """The step with that id, if it exists and belongs to this execution."""
+    dispatch: Dispatch | None
+    """The dispatch the lease names, if it exists and belongs to this execution."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +113,13 @@ class Transaction(Protocol):
     ) -> Submission:
         """Reads the execution, checks and renews the lease, finds the next occurrence and
         the step recorded under it. Raises `NotFound` for an unknown execution."""
+        ...
+
+    async def load_completion(
+        self, execution_id: str, step_id: str, dispatch_id: str
+    ) -> Completion:
+        """Reads the execution, the step and the lease's dispatch together. Raises
+        `NotFound` for an unknown execution."""
         ...
 
     async def get_step(self, step_id: str) -> Step | None: ...

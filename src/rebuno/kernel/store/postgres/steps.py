@@ -20,6 +20,8 @@ COLUMNS = (
     " s.proposed_seq, s.started_at, s.completed_at"
 )
 
+WIDTH = 16
+
 TERMINAL = "('succeeded', 'failed', 'denied', 'cancelled')"
 
 _INSERT = """

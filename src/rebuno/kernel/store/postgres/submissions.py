@@ -1,4 +1,5 @@
-"""`load_submission`: everything a step submission reads, in one statement.
+"""`load_submission` and `load_completion`: everything a step submission, or a step's
+completion, reads, each in one statement.
 
 The statement renews the lease (strong check), reads the occurrence counter, the execution
 and the step recorded under that occurrence together. It must run as its own statement
@@ -13,7 +14,7 @@ from datetime import datetime
 
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Lease
-from rebuno.kernel.store.base import StepKey, Submission
+from rebuno.kernel.store.base import Completion, StepKey, Submission
 from rebuno.kernel.store.postgres import dispatches, executions, steps
 from rebuno.kernel.store.postgres.connection import Connection
 
@@ -30,9 +31,10 @@ _LOAD = f"""
         ), 0) AS occurrence
     )
     SELECT {executions.COLUMNS}, EXISTS (SELECT 1 FROM renewed), next.occurrence,
-        {steps.COLUMNS}
+        a.policy_bundle, {steps.COLUMNS}
     FROM executions e
     CROSS JOIN next
+    LEFT JOIN agents a ON a.id = e.agent_id
     LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = %(kind)s
         AND s.target = %(target)s AND s.args_hash = %(args_hash)s
         AND s.occurrence = next.occurrence
@@ -50,10 +52,38 @@ async def load(
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
     width = executions.WIDTH
-    step_row = row[width + 2 :]
+    step_row = row[width + 3 :]
     return Submission(
         execution=executions.from_row(row[:width]),
         lease_live=bool(row[width]),
         occurrence=int(row[width + 1]),
         existing=None if step_row[0] is None else steps.from_row(step_row),
+        policy_bundle=row[width + 2],
+    )
+
+
+_LOAD_COMPLETION = f"""
+    SELECT {executions.COLUMNS}, {steps.COLUMNS}, {dispatches.COLUMNS}
+    FROM executions e
+    LEFT JOIN steps s ON s.step_id = %(step_id)s AND s.execution_id = e.id
+    LEFT JOIN dispatches d ON d.id = %(dispatch_id)s AND d.execution_id = e.id
+    WHERE e.id = %(execution_id)s
+"""
+
+
+async def load_completion(
+    conn: Connection, execution_id: str, step_id: str, dispatch_id: str
+) -> Completion:
+    params = {"execution_id": execution_id, "step_id": step_id, "dispatch_id": dispatch_id}
+    cur = await conn.execute(_LOAD_COMPLETION, params)
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
+    width, step_width = executions.WIDTH, steps.WIDTH
+    step_row = row[width : width + step_width]
+    dispatch_row = row[width + step_width :]
+    return Completion(
+        execution=executions.from_row(row[:width]),
+        step=None if step_row[0] is None else steps.from_row(step_row),
+        dispatch=None if dispatch_row[0] is None else dispatches.from_row(dispatch_row),
     )

@@ -19,7 +19,7 @@ import psycopg
 from psycopg import pq
 
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
-from rebuno.kernel.store.base import StepIdFn, StepKey, Submission
+from rebuno.kernel.store.base import Completion, StepIdFn, StepKey, Submission
 from rebuno.kernel.store.postgres import (
     agents,
     approvals,
@@ -69,6 +69,13 @@ class PostgresTransaction:
     ) -> Submission:
         # `step_id_for` is not needed: the statement finds the step by its unique key.
         return await self._run(submissions.load(self._conn, execution_id, lease, key, now))
+
+    async def load_completion(
+        self, execution_id: str, step_id: str, dispatch_id: str
+    ) -> Completion:
+        return await self._run(
+            submissions.load_completion(self._conn, execution_id, step_id, dispatch_id)
+        )
 
     async def get_step(self, step_id: str) -> Step | None:
         return await self._run(steps.get(self._conn, step_id))

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
-from rebuno.kernel.store.base import StepIdFn, StepKey, Submission
+from rebuno.kernel.store.base import Completion, StepIdFn, StepKey, Submission
 from rebuno.kernel.store.sqlite import (
     agents,
     approvals,
@@ -56,6 +56,11 @@ class SqliteTransaction:
         self, execution_id: str, lease: Lease, key: StepKey, step_id_for: StepIdFn, now: datetime
     ) -> Submission:
         return self._run(_load_submission, execution_id, lease, key, step_id_for, now)
+
+    async def load_completion(
+        self, execution_id: str, step_id: str, dispatch_id: str
+    ) -> Completion:
+        return self._run(_load_completion, execution_id, step_id, dispatch_id)
 
     async def get_step(self, step_id: str) -> Step | None:
         return self._run(steps.find, step_id)
@@ -151,9 +156,26 @@ def _load_submission(
     execution = executions.get(conn, execution_id)
     lease_live = dispatches.renew_lease(conn, execution_id, lease, now)
     occurrence = dispatches.next_occurrence(conn, lease.dispatch_id, key)
+    existing = steps.find(conn, step_id_for(occurrence))
     return Submission(
         execution=execution,
         lease_live=lease_live,
         occurrence=occurrence,
-        existing=steps.find(conn, step_id_for(occurrence)),
+        existing=existing,
+        policy_bundle=None if existing else agents.policy_bundle(conn, execution.agent_id),
+    )
+
+
+def _load_completion(
+    conn: sqlite3.Connection, execution_id: str, step_id: str, dispatch_id: str
+) -> Completion:
+    execution = executions.get(conn, execution_id)
+    step = steps.find(conn, step_id)
+    dispatch = dispatches.find(conn, dispatch_id)
+    return Completion(
+        execution=execution,
+        step=step if step is not None and step.execution_id == execution_id else None,
+        dispatch=(
+            dispatch if dispatch is not None and dispatch.execution_id == execution_id else None
+        ),
     )
