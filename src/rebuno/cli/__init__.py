@@ -1,0 +1,1 @@
+"""The `rebuno` command line: `dev`, `server` and `version`."""

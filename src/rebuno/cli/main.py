@@ -1,0 +1,54 @@
+"""The command table of `rebuno`, and `main`, the console entry point.
+
+Every error leaves as one `error: <message>` line. Must not import anything under
+`rebuno.kernel`; the commands reach the kernel through `rebuno.cli.launch`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from rebuno.cli.commands.dev import dev
+from rebuno.cli.commands.server import server
+
+
+def package_version() -> str:
+    try:
+        return version("rebuno")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def rebuno() -> None:
+    """Rebuno: a durable-execution kernel for AI agents."""
+
+
+@rebuno.command("version")
+def show_version() -> None:
+    """Print the installed version."""
+    click.echo(f"rebuno {package_version()}")
+
+
+rebuno.add_command(dev)
+rebuno.add_command(server)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Runs `rebuno` and exits with its status."""
+    try:
+        outcome = rebuno.main(args=argv, prog_name="rebuno", standalone_mode=False)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        sys.exit(1)
+    sys.exit(outcome if isinstance(outcome, int) else 0)
+
+
+if __name__ == "__main__":
+    main()
