@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import httpx
@@ -17,6 +18,13 @@ AGENT = "researcher"
 SECRET = "s3cret"
 TOKEN = "test-token"
 BASE_URL = "http://kernel.test"
+
+
+class _Own(Enum):
+    LEASE = "own lease"
+
+
+OWN_LEASE = _Own.LEASE
 
 
 def encode(body: object) -> bytes:
@@ -39,7 +47,9 @@ class AgentClient:
 
     def headers(self, method: str, target: str, body: bytes, lease: Lease | None) -> dict[str, str]:
         headers = {"Rebuno-Agent-Id": self.agent_id, "Content-Type": "application/json"}
-        dispatch_id, attempt = ("", "") if lease is None else (lease.dispatch_id, str(lease.attempt))
+        dispatch_id, attempt = (
+            ("", "") if lease is None else (lease.dispatch_id, str(lease.attempt))
+        )
         if lease is not None:
             headers["Rebuno-Dispatch-Id"] = dispatch_id
             headers["Rebuno-Dispatch-Attempt"] = attempt
@@ -60,10 +70,11 @@ class AgentClient:
         body: object = None,
         *,
         content: bytes | None = None,
-        lease: Lease | None | str = "default",
+        lease: Lease | _Own | None = OWN_LEASE,
     ) -> httpx.Response:
+        """Signs and sends; `lease` defaults to the client's own, None sends no lease."""
         raw = content if content is not None else (b"" if body is None else encode(body))
-        used = self.lease if isinstance(lease, str) else lease
+        used = self.lease if isinstance(lease, _Own) else lease
         headers = self.headers(method, target, raw, used)
         return await self.http.request(method, target, content=raw, headers=headers)
 
