@@ -40,6 +40,10 @@ def error_response(
 
 
 def kernel_error_response(exc: KernelError) -> Response:
+    if exc.code is ErrorCode.INTERNAL_ERROR:
+        # An outage message names servers and drivers: log it, answer generically.
+        logger.error("request failed: %s", exc.message)
+        return internal_error_response()
     return error_response(exc.code, exc.message, exc.details)
 
 

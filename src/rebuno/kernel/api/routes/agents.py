@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import is_text, number_field, parse_object, text_field
-from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, no_content, render_agent
 from rebuno.kernel.domain.errors import Forbidden, ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
@@ -26,11 +26,9 @@ class AgentRoutes:
     def routes(self) -> list[BaseRoute]:
         one = "/v0/agents/{agent_id}"
         return [
-            Route("/v0/agents", guarded(self.register), methods=["POST"]),
-            Route("/v0/agents", guarded(self.list), methods=["GET"]),
-            Route(one, guarded(self.get), methods=["GET"]),
-            Route(one, guarded(self.delete), methods=["DELETE"]),
-            Route(one + "/metadata", guarded(self.metadata), methods=["PUT"]),
+            route("/v0/agents", GET=self.list, POST=self.register),
+            route(one, GET=self.get, DELETE=self.delete),
+            route(one + "/metadata", PUT=self.metadata),
         ]
 
     async def register(self, request: Request) -> Response:

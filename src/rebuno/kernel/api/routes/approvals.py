@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import parse_object, text_field
-from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, no_content, render_approval
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
@@ -46,10 +46,10 @@ class ApprovalRoutes:
     def routes(self) -> list[BaseRoute]:
         one = "/v0/approvals/{approval_id}"
         return [
-            Route("/v0/approvals", guarded(self.list), methods=["GET"]),
-            Route(one, guarded(self.get), methods=["GET"]),
-            Route(one + "/grant", guarded(self.grant), methods=["POST"]),
-            Route(one + "/deny", guarded(self.deny), methods=["POST"]),
+            route("/v0/approvals", GET=self.list),
+            route(one, GET=self.get),
+            route(one + "/grant", POST=self.grant),
+            route(one + "/deny", POST=self.deny),
         ]
 
     async def list(self, request: Request) -> Response:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import parse_object, raw_field, reject_present, text_field
-from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import (
     json_response,
     no_content,
@@ -61,15 +61,14 @@ class ExecutionRoutes:
         base = "/v0/executions"
         one = base + "/{execution_id}"
         return [
-            Route(base, guarded(self.create), methods=["POST"]),
-            Route(base, guarded(self.list), methods=["GET"]),
-            Route(one, guarded(self.get), methods=["GET"]),
-            Route(one + "/events", guarded(self.events), methods=["GET"]),
-            Route(one + "/cancel", guarded(self.cancel), methods=["POST"]),
-            Route(one + "/previous", guarded(self.previous), methods=["GET"]),
-            Route(one + "/heartbeat", guarded(self.heartbeat), methods=["POST"]),
-            Route(one + "/complete", guarded(self.complete), methods=["POST"]),
-            Route(one + "/fail", guarded(self.fail), methods=["POST"]),
+            route(base, GET=self.list, POST=self.create),
+            route(one, GET=self.get),
+            route(one + "/events", GET=self.events),
+            route(one + "/cancel", POST=self.cancel),
+            route(one + "/previous", GET=self.previous),
+            route(one + "/heartbeat", POST=self.heartbeat),
+            route(one + "/complete", POST=self.complete),
+            route(one + "/fail", POST=self.fail),
         ]
 
     async def create(self, request: Request) -> Response:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from rebuno.kernel import metrics
 from rebuno.kernel.api.auth import Gate
-from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response
 from rebuno.kernel.service.kernel import Kernel
 
@@ -25,9 +25,9 @@ class OperationalRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v0/health", guarded(self.health), methods=["GET"]),
-            Route("/v0/ready", guarded(self.ready), methods=["GET"]),
-            Route("/metrics", guarded(self.metrics), methods=["GET"]),
+            route("/v0/health", GET=self.health),
+            route("/v0/ready", GET=self.ready),
+            route("/metrics", GET=self.metrics),
         ]
 
     async def health(self, request: Request) -> Response:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import parse_object, text_field
-from rebuno.kernel.api.errors import guarded
+from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import no_content
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
@@ -23,7 +23,7 @@ class PolicyRoutes:
         self._gate = gate
 
     def routes(self) -> list[BaseRoute]:
-        return [Route("/v0/policies/{agent_id}", guarded(self.set), methods=["POST"])]
+        return [route("/v0/policies/{agent_id}", POST=self.set)]
 
     async def set(self, request: Request) -> Response:
         body = parse_object(await self._gate.client(request))

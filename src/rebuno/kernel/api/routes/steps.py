@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
@@ -22,8 +22,8 @@ from rebuno.kernel.api.body import (
     reject_present,
     text_field,
 )
-from rebuno.kernel.api.errors import guarded
 from rebuno.kernel.api.routes.executions import execution_id
+from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, render_decision, render_step
 from rebuno.kernel.domain.decision import StepRequest
 from rebuno.kernel.domain.errors import ValidationFailed
@@ -80,11 +80,10 @@ class StepRoutes:
         steps = "/v0/executions/{execution_id}/steps"
         one = steps + "/{step_id}"
         return [
-            Route(steps, guarded(self.list), methods=["GET"]),
-            Route(steps, guarded(self.submit), methods=["POST"]),
-            Route(one, guarded(self.get), methods=["GET"]),
-            Route(one + "/complete", guarded(self.complete), methods=["POST"]),
-            Route(one + "/fail", guarded(self.fail), methods=["POST"]),
+            route(steps, GET=self.list, POST=self.submit),
+            route(one, GET=self.get),
+            route(one + "/complete", POST=self.complete),
+            route(one + "/fail", POST=self.fail),
         ]
 
     async def list(self, request: Request) -> Response:

@@ -11,13 +11,13 @@ from datetime import timedelta
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import integer_field, parse_object, text_field
-from rebuno.kernel.api.errors import guarded
 from rebuno.kernel.api.routes.executions import execution_id
+from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import no_content
 from rebuno.kernel.domain.errors import PayloadTooLarge, ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
@@ -56,8 +56,8 @@ class StreamRoutes:
     def routes(self) -> list[BaseRoute]:
         one = "/v0/executions/{execution_id}"
         return [
-            Route(one + "/stream", guarded(self.subscribe), methods=["GET"]),
-            Route(one + "/steps/{step_id}/stream", guarded(self.publish), methods=["POST"]),
+            route(one + "/stream", GET=self.subscribe),
+            route(one + "/steps/{step_id}/stream", POST=self.publish),
         ]
 
     async def publish(self, request: Request) -> Response:
