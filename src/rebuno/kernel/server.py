@@ -27,6 +27,7 @@ from rebuno.kernel.service.dispatches import DispatchLoop
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
+from rebuno.kernel.stream.postgres import PostgresBus
 
 log = logging.getLogger("rebuno.kernel")
 GRACEFUL_SHUTDOWN_SECONDS = 10
@@ -55,6 +56,13 @@ def open_store(settings: Settings) -> Store:
     raise ValidationFailed(
         f"--db-url: unsupported scheme {scheme!r} (use sqlite:///PATH or postgresql://…)"
     )
+
+
+def open_bus(settings: Settings) -> MemoryBus | PostgresBus:
+    """Replicas on one PostgreSQL share deltas through it (§16.3); SQLite is one process."""
+    if urlsplit(settings.db_url).scheme in ("postgres", "postgresql"):
+        return PostgresBus(settings.db_url)
+    return MemoryBus()
 
 
 def bind(listen_addr: str) -> socket.socket:
@@ -104,8 +112,9 @@ async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = 
     store = open_store(settings)
     await store.open()
     deliverer = HttpDeliverer()
+    bus = open_bus(settings)
     try:
-        kernel = Kernel(store, settings, bus=MemoryBus())
+        kernel = Kernel(store, settings, bus=bus)
         dispatch_loop = DispatchLoop(kernel, deliverer)
         kernel.wake = dispatch_loop.wake
         if settings.config_file:
@@ -113,9 +122,11 @@ async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = 
         server = uvicorn.Server(_uvicorn_config(kernel, settings))
         url = public_url(sock)
         (on_ready or _announce)(url)
-        await _run_until_stopped(server, sock, _background(kernel, dispatch_loop))
+        await _run_until_stopped(server, sock, _background(kernel, dispatch_loop, bus))
     finally:
         sock.close()
+        if isinstance(bus, PostgresBus):
+            await bus.close()
         await deliverer.close()
         await store.close()
 
@@ -139,12 +150,14 @@ def _uvicorn_config(kernel: Kernel, settings: Settings) -> uvicorn.Config:
 
 
 def _background(
-    kernel: Kernel, dispatch_loop: DispatchLoop
+    kernel: Kernel, dispatch_loop: DispatchLoop, bus: MemoryBus | PostgresBus
 ) -> list[tuple[str, Coroutine[Any, Any, None]]]:
     jobs: list[tuple[str, Coroutine[Any, Any, None]]] = [
         ("dispatch-loop", dispatch_loop.run()),
         ("dispatch-watch", kernel.store.watch_dispatches(dispatch_loop.wake)),
     ]
+    if isinstance(bus, PostgresBus):
+        jobs.append(("stream-bus", bus.run()))
     jobs.extend(lifecycle.jobs(kernel))
     return jobs
 
