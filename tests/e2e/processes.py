@@ -1,4 +1,5 @@
-"""Real processes for end-to-end tests: a kernel (`rebuno dev`) and agents, on loopback.
+"""Real processes for end-to-end tests: kernels (`rebuno dev`, `rebuno server`) and agents,
+on loopback.
 
 Processes are killed with SIGKILL to simulate crashes; every wait is bounded and polled.
 """
@@ -14,6 +15,7 @@ import time
 import venv
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -73,6 +75,8 @@ class Process:
 class Kernel(Process):
     """`rebuno dev` on a given SQLite file and manifest, on a free loopback port."""
 
+    headers: Mapping[str, str] = {}
+
     def __init__(
         self,
         db: Path,
@@ -81,20 +85,21 @@ class Kernel(Process):
         env: Mapping[str, str] | None = None,
         port: int | None = None,
     ) -> None:
+        options = ["--db-url", f"sqlite:///{db}", "--config", str(manifest)]
+        self._start("dev", options, log, env, port)
+
+    def _start(
+        self,
+        mode: str,
+        options: list[str],
+        log: Path,
+        env: Mapping[str, str] | None,
+        port: int | None,
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [
-            sys.executable,
-            "-m",
-            "rebuno.cli.main",
-            "dev",
-            "--listen-addr",
-            f"127.0.0.1:{self.port}",
-            "--db-url",
-            f"sqlite:///{db}",
-            "--config",
-            str(manifest),
-        ]
+        args = [sys.executable, "-m", "rebuno.cli.main", mode]
+        args += ["--listen-addr", f"127.0.0.1:{self.port}", *options]
         super().__init__(args, log, env)
         poll(self._healthy, 20, f"the kernel on {self.url}\n{self.output()}")
 
@@ -107,12 +112,12 @@ class Kernel(Process):
             return False
 
     def get(self, path: str) -> object:
-        response = httpx.get(f"{self.url}{path}", timeout=5)
+        response = httpx.get(f"{self.url}{path}", headers=self.headers, timeout=5)
         response.raise_for_status()
         return response.json()
 
     def post(self, path: str, body: object) -> object:
-        response = httpx.post(f"{self.url}{path}", json=body, timeout=5)
+        response = httpx.post(f"{self.url}{path}", json=body, headers=self.headers, timeout=5)
         response.raise_for_status()
         return response.json() if response.content else None
 
@@ -125,6 +130,42 @@ class Kernel(Process):
 
         poll(reached, timeout, f"execution {execution_id} to reach {statuses}")
         return found
+
+    def events(self, execution_id: str) -> list[dict[str, Any]]:
+        """The whole event log of one execution (paged), in `event_seq` order."""
+        events: list[dict[str, Any]] = []
+        while True:
+            path = f"/v0/executions/{execution_id}/events?limit=1000&after_seq="
+            page = self.get(path + str(events[-1]["event_seq"] if events else 0))
+            assert isinstance(page, list)
+            events.extend(page)
+            if len(page) < 1000:
+                return events
+
+
+class Server(Kernel):
+    """`rebuno server` (bearer auth on) on a database URL, on a free loopback port. Replicas
+    are several of these on one PostgreSQL database."""
+
+    def __init__(
+        self,
+        db_url: str,
+        token: str,
+        log: Path,
+        *,
+        manifest: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.headers = {"Authorization": f"Bearer {token}"}
+        options = ["--db-url", db_url, "--bearer-token", token]
+        if manifest is not None:
+            options += ["--config", str(manifest)]
+        self._start("server", options, log, env, port)
+
+    def ready(self) -> int:
+        """The status code of `GET /v0/ready`."""
+        return httpx.get(f"{self.url}/v0/ready", timeout=5).status_code
 
 
 def official_sdk_python(version: str) -> Path:
