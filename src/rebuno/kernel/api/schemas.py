@@ -39,7 +39,9 @@ def _raw(text: str | None) -> orjson.Fragment | None:
 
 
 def _number(value: float) -> float | int:
-    return int(value) if value.is_integer() else value
+    """Whole numbers are written without a fraction (`600`, not `600.0`)."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
 
 
 def render_execution(execution: Execution) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from rebuno.kernel.api.auth import Gate
-from rebuno.kernel.api.body import parse_object, text_field
+from rebuno.kernel.api.body import is_text, parse_object
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import no_content
 from rebuno.kernel.domain.errors import ValidationFailed
@@ -27,8 +27,8 @@ class PolicyRoutes:
 
     async def set(self, request: Request) -> Response:
         body = parse_object(await self._gate.client(request))
-        if "bundle" not in body:
-            raise ValidationFailed('validation error: bundle is required ("" removes it)')
-        bundle = text_field(body, "bundle")
-        await self._kernel.set_policy(request.path_params["agent_id"], bundle)
+        bundle = body.get("bundle")
+        if not is_text(bundle):
+            raise ValidationFailed('validation error: bundle must be a string ("" removes it)')
+        await self._kernel.set_policy(request.path_params["agent_id"], str(bundle))
         return no_content()
