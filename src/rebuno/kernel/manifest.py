@@ -126,6 +126,7 @@ def _policy(entry: Mapping[str, Any], where: str, base: Path) -> str | None:
     inline, policy_file = entry.get("policy"), entry.get("policy_file")
     if inline is not None and policy_file is not None:
         raise ValidationFailed(f"{where}: set either policy or policy_file, not both")
+    bundle: str | None
     if policy_file is not None:
         bundle = _read_policy_file(policy_file, where, base)
     elif inline is None or isinstance(inline, str):
