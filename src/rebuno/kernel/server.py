@@ -22,12 +22,14 @@ from rebuno.kernel.config import Settings
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
+from rebuno.kernel.metrics import HttpMetrics
 from rebuno.kernel.service import lifecycle
 from rebuno.kernel.service.dispatches import DispatchLoop
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.kernel.stream.postgres import PostgresBus
+from rebuno.kernel.tracing import Tracing, install_log_correlation
 
 log = logging.getLogger("rebuno.kernel")
 GRACEFUL_SHUTDOWN_SECONDS = 10
@@ -196,3 +198,69 @@ def run(settings: Settings) -> None:
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(serve(settings))
+
+
+# -- Operability: serving with metrics, log correlation and tracing, and a stop to pull -------
+# `serve` above is unchanged; `rebuno dev` and `rebuno server` start the kernel through
+# `run_observed`. Folding the observers and `stop` into `serve` would retire this copy.
+
+
+async def serve_observed(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """`serve`, plus HTTP metrics, log lines carrying the ids of their request or delivery,
+    tracing when `otel_endpoint` is set, and a graceful stop once `stop` is set (the REPL's
+    `quit`, from another thread through `loop.call_soon_threadsafe(stop.set)`)."""
+    tracing = Tracing.from_settings(settings)
+    install_log_correlation()
+    sock = bind(settings.listen_addr)
+    store = open_store(settings)
+    await store.open()
+    deliverer = HttpDeliverer()
+    bus = open_bus(settings)
+    try:
+        kernel = Kernel(store, settings, bus=bus)
+        dispatch_loop = DispatchLoop(kernel, tracing.deliverer(deliverer))
+        kernel.wake = dispatch_loop.wake
+        if settings.config_file:
+            await provision(kernel, settings.config_file)
+        config = _uvicorn_config(kernel, settings)
+        config.app = HttpMetrics(tracing.asgi(create_app(kernel, settings)))
+        server = uvicorn.Server(config)
+        jobs = _background(kernel, dispatch_loop, bus)
+        if stop is not None:
+            jobs.append(("stop-watch", _exit_when(stop, server)))
+        (on_ready or _announce)(public_url(sock))
+        await _run_until_stopped(server, sock, jobs)
+    finally:
+        sock.close()
+        if isinstance(bus, PostgresBus):
+            await bus.close()
+        await deliverer.close()
+        await store.close()
+        await asyncio.to_thread(tracing.shutdown)
+
+
+async def _exit_when(stop: asyncio.Event, server: uvicorn.Server) -> None:
+    await stop.wait()
+    server.should_exit = True
+
+
+def run_observed(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Synchronous entry point of `serve_observed`, on uvloop when it is installed."""
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # uvloop is optional (not on every platform)
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve_observed(settings, stop=stop, on_ready=on_ready))

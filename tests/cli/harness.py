@@ -1,0 +1,153 @@
+"""Real processes for the CLI tests: `rebuno dev` or `rebuno server` on loopback, the agents of
+`tests/cli/agent.py`, and `rebuno ...` one-shot commands run to completion.
+
+Every wait is bounded and polled; processes are stopped with SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+AGENT_SCRIPT = Path(__file__).with_name("agent.py")
+SECRET = "agent-s3cret-value"
+CLI = [sys.executable, "-m", "rebuno.cli.main"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def poll(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The test's environment without any REBUNO_* setting that could leak in."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("REBUNO_")}
+    return {**env, **(extra or {})}
+
+
+class Process:
+    """A child whose stdout and stderr go to a log file kept for failure messages."""
+
+    def __init__(self, args: Sequence[str], log: Path, env: Mapping[str, str]) -> None:
+        self.log = log
+        self._out = log.open("ab")
+        self.proc = subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._out.close()
+
+
+def wait_healthy(url: str, process: Process | None = None) -> None:
+    def healthy() -> bool:
+        if process is not None and process.proc.poll() is not None:
+            raise AssertionError(f"process exited early:\n{process.output()}")
+        try:
+            return httpx.get(f"{url}/v0/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    poll(healthy, f"a kernel on {url}")
+
+
+def write_manifest(path: Path, agents: Mapping[str, int], policies: Mapping[str, str]) -> Path:
+    """A manifest registering each agent id on its loopback port, with optional policies."""
+    lines = ["agents:"]
+    for agent_id, port in agents.items():
+        lines += [
+            f"  - id: {agent_id}",
+            f"    webhook_url: http://127.0.0.1:{port}/webhook",
+            f"    secret: {SECRET}",
+        ]
+        if agent_id in policies:
+            lines.append("    policy: |")
+            lines += [f"      {line}" for line in policies[agent_id].strip().splitlines()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def kernel_args(port: int, db: Path, manifest: Path | None, *flags: str) -> list[str]:
+    args = [*CLI, "dev", "--listen-addr", f"127.0.0.1:{port}", "--db-url", f"sqlite:///{db}"]
+    if manifest is not None:
+        args += ["--config", str(manifest)]
+    return [*args, *flags]
+
+
+def start_agent(agent_id: str, port: int, kernel_url: str, log: Path, **env: str) -> Process:
+    agent = Process(
+        [sys.executable, str(AGENT_SCRIPT)],
+        log,
+        child_env(
+            {
+                "AGENT_ID": agent_id,
+                "PORT": str(port),
+                "REBUNO_URL": kernel_url,
+                "REBUNO_AGENT_SECRET": SECRET,
+                **env,
+            }
+        ),
+    )
+
+    def listening() -> bool:
+        if agent.proc.poll() is not None:
+            raise AssertionError(f"agent exited early:\n{agent.output()}")
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    poll(listening, f"agent {agent_id} on port {port}")
+    return agent
+
+
+def rebuno(*args: str, url: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs `rebuno ARGS --url URL` to completion."""
+    return subprocess.run(
+        [*CLI, *args, "--url", url],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+        check=False,
+    )
+
+
+def rebuno_json(*args: str, url: str) -> Any:
+    result = rebuno(*args, "--json", url=url)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
