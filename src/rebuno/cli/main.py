@@ -12,7 +12,11 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from rebuno.cli.commands.agents import agents
+from rebuno.cli.commands.approvals import approvals
 from rebuno.cli.commands.dev import dev
+from rebuno.cli.commands.executions import executions
+from rebuno.cli.commands.policy import policy
 from rebuno.cli.commands.server import server
 
 
@@ -36,6 +40,10 @@ def show_version() -> None:
 
 rebuno.add_command(dev)
 rebuno.add_command(server)
+rebuno.add_command(executions)
+rebuno.add_command(agents)
+rebuno.add_command(approvals)
+rebuno.add_command(policy)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -105,7 +105,10 @@ def _strip(text: str) -> str:
 
 
 def _join(cells: Sequence[str], plain: Sequence[str], widths: Sequence[int]) -> str:
-    padded = [cell + " " * (width - len(text)) for cell, text, width in zip(cells, plain, widths)]
+    padded = [
+        cell + " " * (width - len(text))
+        for cell, text, width in zip(cells, plain, widths, strict=True)
+    ]
     return "  ".join(padded).rstrip()
 
 

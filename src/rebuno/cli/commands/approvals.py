@@ -1,0 +1,54 @@
+"""`rebuno approvals ls|grant|deny`: human decisions on gated steps (§15).
+
+Must not import anything under `rebuno.kernel`: it talks to a kernel over HTTP.
+"""
+
+from __future__ import annotations
+
+import click
+
+from rebuno.cli import operations
+from rebuno.cli.remote import Remote, remote_command
+
+STATUSES = ("pending", "granted", "denied", "expired", "all")
+
+
+@click.group("approvals")
+def approvals() -> None:
+    """List, grant and deny approvals. IDs may be a unique prefix."""
+
+
+@approvals.command("ls")
+@click.option("--status", default="pending", show_default=True, type=click.Choice(STATUSES))
+@click.option("--execution", default="", metavar="ID", help="Only this execution's approvals.")
+@remote_command
+def ls(remote: Remote, status: str, execution: str) -> None:
+    """List approvals, oldest first."""
+    remote.run(
+        lambda client, out: operations.list_approvals(
+            client, out, status=status, execution=execution
+        )
+    )
+
+
+def _decision(grant: bool) -> click.Command:
+    verb = "grant" if grant else "deny"
+
+    @click.command(verb)
+    @click.argument("approval_id", metavar="ID")
+    @click.option("--by", "decided_by", default="", help="Who decides (checked against approvers).")
+    @click.option("--rationale", default="", help="Why, kept with the approval.")
+    @remote_command
+    def decide(remote: Remote, approval_id: str, decided_by: str, rationale: str) -> None:
+        remote.run(
+            lambda client, out: operations.decide_approval(
+                client, out, approval_id, grant=grant, decided_by=decided_by, rationale=rationale
+            )
+        )
+
+    decide.help = f"{verb.capitalize()} a pending approval."
+    return decide
+
+
+approvals.add_command(_decision(grant=True))
+approvals.add_command(_decision(grant=False))

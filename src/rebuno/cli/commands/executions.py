@@ -1,0 +1,99 @@
+"""`rebuno exec ls|create|get|watch|events|cancel|stream`: executions, one command at a time.
+
+Must not import anything under `rebuno.kernel`: it talks to a kernel over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from rebuno.cli import operations
+from rebuno.cli.remote import Remote, remote_command
+from rebuno.protocol.enums import ExecutionStatus
+
+ID = click.argument("execution_id", metavar="ID")
+
+
+@click.group("exec")
+def executions() -> None:
+    """Create, inspect, follow and cancel executions. IDs may be a unique prefix."""
+
+
+@executions.command("ls")
+@click.option("--agent", "agent_id", default="", help="Only this agent's executions.")
+@click.option("--status", type=click.Choice([s.value for s in ExecutionStatus]), help="Filter.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 200))
+@remote_command
+def ls(remote: Remote, agent_id: str, status: str | None, limit: int) -> None:
+    """List the newest executions."""
+    remote.run(
+        lambda client, out: operations.list_executions(
+            client, out, agent_id=agent_id, status=status or "", limit=limit
+        )
+    )
+
+
+@executions.command("create")
+@click.argument("agent_id", metavar="AGENT")
+@click.argument("input_text", metavar="[JSON]", default="{}")
+@remote_command
+def create(remote: Remote, agent_id: str, input_text: str) -> None:
+    """Start an execution of AGENT; JSON is its input (default {}, `-` reads stdin)."""
+    value = _parse_input(sys.stdin.read() if input_text == "-" else input_text)
+    remote.run(lambda client, out: operations.create_execution(client, out, agent_id, value))
+
+
+def _parse_input(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"the input is not valid JSON: {exc}") from None
+
+
+@executions.command("get")
+@ID
+@remote_command
+def get(remote: Remote, execution_id: str) -> None:
+    """Show an execution: status, output, failure."""
+    remote.run(lambda client, out: operations.show_execution(client, out, execution_id))
+
+
+@executions.command("watch")
+@ID
+@click.option(
+    "--interval", default=operations.WATCH_INTERVAL, show_default=True, help="Poll seconds."
+)
+@remote_command
+def watch(remote: Remote, execution_id: str, interval: float) -> None:
+    """Print events as they happen until the execution ends (JSON: one event per line)."""
+    remote.run(
+        lambda client, out: operations.watch_execution(client, out, execution_id, interval=interval)
+    )
+
+
+@executions.command("events")
+@ID
+@remote_command
+def events(remote: Remote, execution_id: str) -> None:
+    """Print the whole event log with payloads."""
+    remote.run(lambda client, out: operations.show_events(client, out, execution_id))
+
+
+@executions.command("cancel")
+@ID
+@remote_command
+def cancel(remote: Remote, execution_id: str) -> None:
+    """Cancel an execution."""
+    remote.run(lambda client, out: operations.cancel_execution(client, out, execution_id))
+
+
+@executions.command("stream")
+@ID
+@remote_command
+def stream(remote: Remote, execution_id: str) -> None:
+    """Print live output deltas until the execution ends (JSON: one delta per line)."""
+    remote.run(lambda client, out: operations.stream_execution(client, out, execution_id))

@@ -1,0 +1,344 @@
+"""The operations the one-shot commands and the REPL share: each takes an `AdminClient` and an
+`Output`, talks to the kernel over HTTP, and prints text (or JSON when asked).
+
+Ids may be full or a unique prefix (see `AdminClient.resolve_execution_id`). Imports the SDK
+and the CLI's own modules; nothing of the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+from rebuno.cli.admin import AdminClient, AgentInfo, InputError
+from rebuno.cli.render import Output, age, one_line
+from rebuno.protocol.events import EventType
+from rebuno.sdk.errors import APIError, NetworkError, RebunoError
+from rebuno.types import Approval, Event, Execution
+
+WATCH_INTERVAL = 0.3
+"""Seconds between two polls of `exec watch` and of the end of `exec stream`."""
+SHORT_ID = 8
+_EVENTS_PAGE = 1000
+_TERMINAL_EVENTS = frozenset(
+    {EventType.EXECUTION_COMPLETED, EventType.EXECUTION_FAILED, EventType.EXECUTION_CANCELLED}
+)
+_EVENT_STYLE = {
+    "completed": "green",
+    "succeeded": "green",
+    "acked": "green",
+    "granted": "green",
+    "allowed": "green",
+    "failed": "red",
+    "denied": "red",
+    "cancelled": "yellow",
+    "expired": "yellow",
+    "discarded": "yellow",
+    "rate_limited": "yellow",
+    "blocked": "magenta",
+    "awaiting_approval": "magenta",
+    "requested": "magenta",
+}
+
+
+def short_ids(ids: Sequence[str], minimum: int = SHORT_ID) -> dict[str, str]:
+    """Each id's shortest prefix (at least `minimum` characters) no other id shares.
+
+    UUIDv7 ids start with their creation time, so ids made in the same minute share their
+    first 8 characters; the prefix grows just enough to tell them apart.
+    """
+    ordered = sorted(set(ids))
+    shortest: dict[str, str] = {}
+    for index, identifier in enumerate(ordered):
+        neighbours = ordered[max(index - 1, 0) : index] + ordered[index + 1 : index + 2]
+        common = max((_common_length(identifier, other) for other in neighbours), default=0)
+        shortest[identifier] = identifier[: max(minimum, common + 1)]
+    return shortest
+
+
+def _common_length(first: str, second: str) -> int:
+    length = 0
+    for left, right in zip(first, second, strict=False):
+        if left != right:
+            break
+        length += 1
+    return length
+
+
+def error_message(exc: RebunoError | InputError) -> str:
+    """The text after `error: ` for a failed operation."""
+    if isinstance(exc, APIError):
+        return f"{exc.message} ({exc.code})"
+    if isinstance(exc, NetworkError):
+        cause = exc.__cause__
+        reason = type(cause).__name__ if cause is not None else "no answer"
+        return f"cannot reach the kernel ({reason}); is it running, and is --url right?"
+    return str(exc)
+
+
+def _dump(model: Any) -> Any:
+    return model.model_dump(mode="json")
+
+
+# -- executions ----------------------------------------------------------------------------
+
+
+async def list_executions(
+    client: AdminClient, out: Output, *, agent_id: str = "", status: str = "", limit: int = 50
+) -> None:
+    page = await client.list(agent_id=agent_id, status=status, limit=limit)
+    if out.json:
+        out.json_value([_dump(execution) for execution in page.executions])
+        return
+    shown = short_ids([execution.id for execution in page.executions])
+    rows = [
+        [shown[e.id], e.agent_id, out.status(e.status), age(e.created_at)] for e in page.executions
+    ]
+    out.table(["ID", "AGENT", "STATUS", "AGE"], rows, empty="no executions")
+
+
+async def create_execution(client: AdminClient, out: Output, agent_id: str, input: Any) -> None:
+    execution = await client.create(agent_id, input)
+    if out.json:
+        out.json_value(_dump(execution))
+        return
+    out.line(f"created {execution.id} ({out.status(execution.status)})")
+
+
+async def show_execution(client: AdminClient, out: Output, ident: str) -> None:
+    execution = await client.get(await client.resolve_execution_id(ident))
+    if out.json:
+        out.json_value(_dump(execution))
+        return
+    describe_execution(out, execution)
+
+
+def describe_execution(out: Output, execution: Execution) -> None:
+    out.field("id", execution.id)
+    out.field("agent", execution.agent_id)
+    out.field("status", out.status(execution.status))
+    if execution.status == "completed":
+        out.field("output", one_line(execution.output))
+    if execution.failure_reason:
+        out.field("failure", out.style(execution.failure_reason, "red"))
+    out.field("created", f"{execution.created_at} ({age(execution.created_at)} ago)")
+
+
+async def watch_execution(
+    client: AdminClient, out: Output, ident: str, *, interval: float = WATCH_INTERVAL
+) -> Execution:
+    """Prints events as they are appended until the execution is terminal, then its state."""
+    execution_id = await client.resolve_execution_id(ident)
+    after_seq = 0
+    while True:
+        events = await client.events(execution_id, after_seq=after_seq, limit=_EVENTS_PAGE)
+        for event in events:
+            _print_event(out, event)
+        if events:
+            after_seq = events[-1].event_seq
+        # A terminal event is written with the rest of its transaction, so its batch is whole.
+        if any(event.type in _TERMINAL_EVENTS for event in events):
+            break
+        if len(events) < _EVENTS_PAGE:
+            await asyncio.sleep(interval)
+    execution = await client.get(execution_id)
+    if not out.json:
+        describe_execution(out, execution)
+    return execution
+
+
+async def show_events(client: AdminClient, out: Output, ident: str) -> None:
+    """The whole log, each event with its payload indented below it."""
+    execution_id = await client.resolve_execution_id(ident)
+    events: list[Event] = []
+    while page := await client.events(
+        execution_id, after_seq=events[-1].event_seq if events else 0, limit=_EVENTS_PAGE
+    ):
+        events.extend(page)
+    if out.json:
+        out.json_value([_dump(event) for event in events])
+        return
+    for event in events:
+        _print_event(out, event, details=False)
+        payload = json.dumps(event.payload, indent=2, ensure_ascii=False)
+        for text in payload.splitlines():
+            out.line("      " + out.style(text, "dim"))
+
+
+def _print_event(out: Output, event: Event, *, details: bool = True) -> None:
+    if out.json:
+        out.json_line(_dump(event))
+        return
+    kind = event.type.rpartition(".")[2]
+    name = out.style(f"{event.type:<24}", _EVENT_STYLE.get(kind, ""))
+    clock = event.occurred_at[11:19]
+    summary = _event_summary(event.payload) if details else ""
+    out.line(f"{event.event_seq:>4}  {clock}  {name}  {summary}".rstrip())
+
+
+def _event_summary(payload: Any) -> str:
+    if not isinstance(payload, dict):
+        return ""
+    parts = [str(payload[key]) for key in ("target", "reason", "decided_by") if payload.get(key)]
+    if payload.get("rule_id"):
+        parts.append(f"rule={payload['rule_id']}")
+    if "attempt" in payload:
+        parts.append(f"attempt={payload['attempt']}")
+    if "output" in payload:
+        parts.append(one_line(payload["output"], 80))
+    return "  ".join(parts)
+
+
+async def cancel_execution(client: AdminClient, out: Output, ident: str) -> None:
+    execution_id = await client.resolve_execution_id(ident)
+    await client.cancel(execution_id)
+    if out.json:
+        out.json_value({"id": execution_id, "cancelled": True})
+        return
+    out.line(f"cancelled {execution_id}")
+
+
+async def stream_execution(
+    client: AdminClient, out: Output, ident: str, *, interval: float = WATCH_INTERVAL
+) -> None:
+    """Prints live output deltas until the execution is terminal (or the user stops it)."""
+    execution_id = await client.resolve_execution_id(ident)
+    await _first(
+        _print_deltas(client, out, execution_id),
+        _until_terminal(client, execution_id, interval),
+    )
+    if not out.json:
+        out.line()
+
+
+async def _print_deltas(client: AdminClient, out: Output, execution_id: str) -> None:
+    async for delta in client.stream(execution_id):
+        if out.json:
+            out.json_line(_dump(delta))
+        else:
+            out.stream.write(delta.data)
+            out.stream.flush()
+
+
+async def _until_terminal(client: AdminClient, execution_id: str, interval: float) -> None:
+    # Polled: the kernel pushes deltas, not status changes, to a client.
+    while True:
+        if (await client.get(execution_id)).status.is_terminal:
+            return
+        await asyncio.sleep(interval)
+
+
+async def _first(*jobs: Awaitable[None]) -> None:
+    """Runs the jobs until one ends; the others are cancelled, and its error is raised."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        task.result()
+
+
+# -- agents --------------------------------------------------------------------------------
+
+
+async def list_agents(client: AdminClient, out: Output) -> None:
+    agents = await client.list_agents()
+    if out.json:
+        out.json_value([_dump(agent) for agent in agents])
+        return
+    rows = [[agent.id, agent.webhook_url, _policy_size(agent)] for agent in agents]
+    out.table(["ID", "WEBHOOK", "POLICY"], rows, empty="no agents")
+
+
+def _policy_size(agent: AgentInfo) -> str:
+    bundle = agent.policy_bundle
+    return f"{len(bundle.encode('utf-8'))} bytes" if bundle else "none"
+
+
+async def show_agent(client: AdminClient, out: Output, agent_id: str) -> None:
+    agent = await client.get_agent(agent_id)
+    if out.json:
+        out.json_value(_dump(agent))
+        return
+    out.field("id", agent.id)
+    out.field("webhook", agent.webhook_url)
+    out.field("registered", f"{agent.registered_at} ({age(agent.registered_at)} ago)")
+    if agent.lease_timeout_seconds is not None:
+        out.field("lease timeout", f"{agent.lease_timeout_seconds:g}s")
+    if not agent.policy_bundle:
+        out.field("policy", out.style("none (permissive)", "dim"))
+        return
+    out.field("policy", "")
+    for text in agent.policy_bundle.rstrip("\n").splitlines():
+        out.line("  " + text)
+
+
+async def add_agents(client: AdminClient, out: Output, manifest_path: str) -> None:
+    agents = await client.register_manifest(manifest_path)
+    if out.json:
+        out.json_value([_dump(agent) for agent in agents])
+        return
+    for agent in agents:
+        out.line(f"registered {agent.id} ({agent.webhook_url}, policy {_policy_size(agent)})")
+    if not agents:
+        out.line(out.style(f"{manifest_path} lists no agents", "dim"))
+
+
+async def remove_agent(client: AdminClient, out: Output, agent_id: str) -> None:
+    await client.delete_agent(agent_id)
+    if out.json:
+        out.json_value({"id": agent_id, "deleted": True})
+        return
+    out.line(f"removed {agent_id}")
+
+
+# -- approvals -----------------------------------------------------------------------------
+
+
+async def list_approvals(
+    client: AdminClient, out: Output, *, status: str = "pending", execution: str = ""
+) -> None:
+    execution_id = await client.resolve_execution_id(execution) if execution else ""
+    approvals = await client.list_approvals(status=status, execution_id=execution_id)
+    if out.json:
+        out.json_value([_dump(approval) for approval in approvals])
+        return
+    shown = short_ids([a.id for a in approvals] + [a.execution_id for a in approvals])
+    rows = [_approval_row(out, approval, shown) for approval in approvals]
+    headers = ["ID", "EXECUTION", "STATUS", "APPROVERS", "AGE", "MESSAGE"]
+    out.table(headers, rows, empty=f"no {status} approvals")
+
+
+def _approval_row(out: Output, approval: Approval, shown: dict[str, str]) -> list[str]:
+    return [
+        shown[approval.id],
+        shown[approval.execution_id],
+        out.status(approval.status),
+        ",".join(approval.approvers) if approval.approvers else "anyone",
+        age(approval.created_at),
+        one_line(approval.message, 60) if approval.message else "",
+    ]
+
+
+async def decide_approval(
+    client: AdminClient,
+    out: Output,
+    ident: str,
+    *,
+    grant: bool,
+    decided_by: str = "",
+    rationale: str = "",
+) -> None:
+    approval_id = await client.resolve_approval_id(ident)
+    decide = client.grant_approval if grant else client.deny_approval
+    await decide(approval_id, decided_by=decided_by, rationale=rationale)
+    verb = "granted" if grant else "denied"
+    if out.json:
+        out.json_value({"id": approval_id, "status": verb})
+        return
+    out.line(f"{out.status(verb)} {approval_id}")
