@@ -1,4 +1,5 @@
-"""Starting a kernel from a subcommand: settings, logging, then the server until it stops.
+"""Starting a kernel from a subcommand: settings, logging, then the server until it stops
+(`rebuno dev` on a terminal runs it beside the REPL, see `rebuno.cli.console`).
 
 Failures become one `error: <message>` line on stderr: exit code 2 for a usage problem (a bad
 flag, a missing server requirement), 1 for a runtime one (a bad manifest, a port in use, a
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 
 import click
 
+from rebuno.cli import console
 from rebuno.cli.logs import configure_logging
 from rebuno.kernel import server
 from rebuno.kernel.config import load_settings
@@ -35,7 +37,10 @@ def launch(*, dev: bool, flags: Mapping[str, object]) -> None:
         raise fail(exc.message, USAGE_ERROR) from None
     configure_logging(settings.log_level, settings.log_format)
     try:
-        server.run(settings)
+        if dev and console.interactive():
+            console.run(settings)
+        else:
+            server.run_observed(settings)
     except KernelError as exc:
         raise fail(exc.message, RUNTIME_ERROR) from None
     except OSError as exc:
