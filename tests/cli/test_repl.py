@@ -1,0 +1,191 @@
+"""The REPL of `rebuno dev`, driven in a real pseudo-terminal against a real kernel and real
+agents: it talks to the kernel over HTTP while the kernel keeps serving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pexpect
+import pytest
+
+from tests.cli.conftest import GATED
+from tests.cli.harness import (
+    Process,
+    child_env,
+    free_port,
+    kernel_args,
+    poll,
+    start_agent,
+    write_manifest,
+)
+
+PROMPT = "rebuno> "
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+@dataclass
+class Agents:
+    """The agents, and the port and manifest every test's kernel uses."""
+
+    port: int
+    manifest: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
+    directory = tmp_path_factory.mktemp("repl-agents")
+    setup = Agents(free_port(), directory / "rebuno.yaml")
+    ports = {"greeter": free_port(), "gated": free_port()}
+    write_manifest(setup.manifest, ports, {"gated": GATED})
+    running: list[Process] = []
+    try:
+        for agent_id, port in ports.items():
+            running.append(start_agent(agent_id, port, setup.url, directory / f"{agent_id}.log"))
+        yield setup
+    finally:
+        for agent in running:
+            agent.stop()
+
+
+@dataclass
+class Session:
+    shell: pexpect.spawn
+    url: str
+    home: Path
+
+    def run(self, command: str) -> str:
+        """Types a command and returns what it printed before the next prompt."""
+        self.shell.sendline(command)
+        self.shell.expect_exact(PROMPT)
+        return str(self.shell.before)
+
+    def kernel_serving(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/v0/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def exit_status(self) -> int | None:
+        self.shell.expect(pexpect.EOF)
+        self.shell.close()
+        status: int | None = self.shell.exitstatus
+        return status
+
+
+@pytest.fixture
+def session(agents: Agents, tmp_path: Path) -> Iterator[Session]:
+    args = kernel_args(agents.port, tmp_path / "kernel.db", agents.manifest, "--log-level", "warn")
+    env = child_env({"HOME": str(tmp_path), "NO_COLOR": "1", "TERM": "xterm"})
+    shell = pexpect.spawn(
+        args[0], args[1:], env=env, encoding="utf-8", timeout=20, dimensions=(50, 200)
+    )
+    try:
+        shell.expect_exact(PROMPT)
+        yield Session(shell, agents.url, tmp_path)
+    finally:
+        if shell.isalive():
+            shell.terminate(force=True)
+
+
+def test_repl_creates_an_execution_and_watches_it_finish(session: Session) -> None:
+    assert "greeter" in session.run("agents")
+    created = session.run('exec create greeter {"name": "ada"}')
+    execution_id = created.split("created ", 1)[1].split()[0]
+
+    watched = session.run(f"exec watch {execution_id[:20]}")
+    session.shell.sendline("quit")
+
+    assert "execution.completed" in watched
+    assert "status: completed" in watched
+    assert 'output: {"greeting": "HELLO ADA"}' in watched
+    assert session.exit_status() == 0
+    assert not session.kernel_serving()
+    history = (session.home / ".rebuno_repl_history").read_text()
+    assert f"exec watch {execution_id[:20]}" in history
+
+
+def test_an_approval_granted_from_the_repl_lets_the_execution_finish(session: Session) -> None:
+    created = session.run('exec create gated {"command": "ls"}')
+    execution_id = created.split("created ", 1)[1].split()[0]
+    approvals: list[dict[str, str]] = []
+
+    def requested() -> bool:
+        approvals[:] = httpx.get(f"{session.url}/v0/approvals", timeout=2).json()
+        return bool(approvals)
+
+    poll(requested, "the approval request")
+    listed = session.run("approvals")
+    granted = session.run(f"approval grant {approvals[0]['id'][:24]} --by alice")
+    watched = session.run(f"exec watch {execution_id}")
+
+    assert "run a shell command?" in listed
+    assert f"granted {approvals[0]['id']}" in granted
+    assert 'output: {"ran": "ran ls"}' in watched
+
+
+def test_ctrl_c_clears_the_line_and_the_kernel_keeps_serving(session: Session) -> None:
+    session.shell.send("exec ls")
+    session.shell.expect_exact("exec ls")
+    session.shell.sendintr()
+    session.shell.expect_exact(PROMPT)
+
+    assert session.kernel_serving()
+    assert "no executions" in session.run("exec")
+    session.shell.sendintr()
+    assert session.exit_status() == 0
+    assert not session.kernel_serving()
+
+
+def test_ctrl_c_interrupts_a_watch_that_would_wait_forever(session: Session) -> None:
+    created = session.run('exec create gated {"command": "pwd"}')
+    execution_id = created.split("created ", 1)[1].split()[0]
+    session.shell.sendline(f"exec watch {execution_id}")
+    session.shell.expect_exact("execution.blocked")
+
+    session.shell.sendintr()
+    session.shell.expect_exact("interrupted")
+    session.shell.expect_exact(PROMPT)
+
+    assert session.kernel_serving()
+    assert "blocked" in session.run(f"exec get {execution_id}")
+
+
+def test_ctrl_d_stops_the_kernel(session: Session) -> None:
+    session.shell.sendeof()
+
+    assert session.exit_status() == 0
+    assert not session.kernel_serving()
+
+
+def test_mistakes_are_reported_and_the_shell_goes_on(session: Session) -> None:
+    assert "error: no execution id starts with 'nope'" in session.run("exec get nope")
+    assert "error: unknown command 'frobnicate'" in session.run("frobnicate")
+    assert "error: the input is not valid JSON" in session.run("exec create greeter {bad")
+    assert "error: usage: agent get <id>" in session.run("agent get")
+    assert "(not_found)" in session.run("agent get ghost")
+    assert "exec watch <id>" in session.run("help")
+
+    session.shell.sendline("exit")
+    assert session.exit_status() == 0
+
+
+def test_a_kernel_started_without_a_terminal_opens_no_repl(tmp_path: Path) -> None:
+    # Standard input is not a terminal here: the kernel just serves, as under a supervisor.
+    port = free_port()
+    args = kernel_args(port, tmp_path / "kernel.db", None)
+    kernel = Process(args, tmp_path / "kernel.log", child_env({"HOME": str(tmp_path)}))
+    try:
+        poll(lambda: "listening on" in kernel.output(), "the kernel to listen")
+        health = httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2)
+    finally:
+        kernel.stop()
+
+    assert health.status_code == 200
+    assert PROMPT not in kernel.output()
