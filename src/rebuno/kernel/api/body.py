@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from rebuno.kernel.domain.decision import StepOutcome
 from rebuno.kernel.domain.errors import PayloadTooLarge, ValidationFailed
 from rebuno.kernel.domain.records import RawJson
 from rebuno.protocol.canonical import JsonNumber, dumps, loads
@@ -105,3 +106,28 @@ def reject_present(body: JsonObject, keys: tuple[str, ...], why: str) -> None:
     for key in keys:
         if not is_empty(body.get(key)):
             raise ValidationFailed(f"validation error: {key} is not supported: {why}")
+
+
+MAX_OUTCOMES = 1000
+
+
+def step_outcomes(body: JsonObject) -> tuple[StepOutcome, ...]:
+    """The `completions` member of the `step-completions` extension: a list of
+    `{"step_id", "result"}` or `{"step_id", "error"}` objects; absent means none."""
+    items = body.get("completions")
+    if items is None:
+        return ()
+    if not isinstance(items, list) or len(items) > MAX_OUTCOMES:
+        raise ValidationFailed(
+            f"validation error: completions must be a list of at most {MAX_OUTCOMES} objects"
+        )
+    return tuple(_outcome(item) for item in items)
+
+
+def _outcome(item: object) -> StepOutcome:
+    if not isinstance(item, dict) or ("result" in item) == ("error" in item):
+        raise ValidationFailed(
+            "validation error: each completion needs a step_id and exactly one of result, error"
+        )
+    step_id = text_field(item, "step_id", required=True)
+    return StepOutcome(step_id, raw_field(item, "result"), raw_field(item, "error"))

@@ -11,6 +11,10 @@ from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.protocol.signing import EXECUTION_ID_HEADER, SIGNATURE_HEADER, sign_body
 
 MAX_REDIRECTS = 10
+# Tells an agent of ours which of this kernel's own protocol extensions it may use; other
+# SDKs ignore the header.
+EXTENSIONS_HEADER = "Rebuno-Extensions"
+EXTENSIONS = "step-completions"
 
 
 class HttpDeliverer:
@@ -30,6 +34,7 @@ class HttpDeliverer:
             "Content-Type": "application/json",
             SIGNATURE_HEADER: sign_body(secret, body),
             EXECUTION_ID_HEADER: execution_id,
+            EXTENSIONS_HEADER: EXTENSIONS,
         }
         try:
             response = await self._client.post(

@@ -33,3 +33,18 @@ class StepDecision:
     approval_id: str | None = None
     reason: str | None = None
     rule_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """A step's result (or error) an agent of ours sends along with its next request.
+
+    The kernel's own extension `step-completions`: a `safe_to_retry` step's completion may
+    travel with the agent's next submission or execution complete/fail, in the same
+    transaction, instead of costing a request and a commit of its own. Losing it in a crash
+    only re-runs a step that is safe to re-run.
+    """
+
+    step_id: str
+    result: RawJson | None = None
+    error: RawJson | None = None

@@ -5,15 +5,18 @@ Must not import a concrete store backend, the API, or httpx.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from rebuno.kernel.domain import step as steps
+from rebuno.kernel.domain.decision import StepOutcome
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
 from rebuno.kernel.service.base import ServiceBase, flush, mark_started, new_id, superseded
+from rebuno.kernel.service.steps import apply_outcomes
 from rebuno.kernel.store.base import ExecutionFilter, Page, Transaction
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
 from rebuno.protocol.events import EventType
@@ -116,14 +119,28 @@ class ExecutionUseCases(ServiceBase):
             await flush(tx, mark_started(execution, batch), batch)
 
     async def complete_execution(
-        self, execution_id: str, agent_id: str, lease: Lease, output: RawJson
+        self,
+        execution_id: str,
+        agent_id: str,
+        lease: Lease,
+        output: RawJson,
+        outcomes: Sequence[StepOutcome] = (),
     ) -> None:
-        await self._finish(execution_id, agent_id, lease, ExecutionStatus.COMPLETED, output, "")
+        await self._finish(
+            execution_id, agent_id, lease, ExecutionStatus.COMPLETED, output, "", outcomes
+        )
 
     async def fail_execution(
-        self, execution_id: str, agent_id: str, lease: Lease, reason: str
+        self,
+        execution_id: str,
+        agent_id: str,
+        lease: Lease,
+        reason: str,
+        outcomes: Sequence[StepOutcome] = (),
     ) -> None:
-        await self._finish(execution_id, agent_id, lease, ExecutionStatus.FAILED, None, reason)
+        await self._finish(
+            execution_id, agent_id, lease, ExecutionStatus.FAILED, None, reason, outcomes
+        )
 
     async def _finish(
         self,
@@ -133,6 +150,7 @@ class ExecutionUseCases(ServiceBase):
         status: ExecutionStatus,
         output: RawJson | None,
         reason: str,
+        outcomes: Sequence[StepOutcome],
     ) -> None:
         """Terminal is checked before the lease (§5.2), then the strong lease check."""
         async with self.store.transaction(execution_id) as tx:
@@ -143,7 +161,7 @@ class ExecutionUseCases(ServiceBase):
             now = self.clock()
             if not await tx.renew_lease(execution_id, lease, now):
                 raise superseded(execution_id, lease)
-            await finish_execution(tx, execution, status, output, reason, now)
+            await finish_execution(tx, execution, status, output, reason, now, outcomes)
 
 
 async def finish_execution(
@@ -153,10 +171,12 @@ async def finish_execution(
     output: RawJson | None,
     reason: str,
     now: datetime,
+    outcomes: Sequence[StepOutcome] = (),
 ) -> None:
     """Completes or fails an execution the caller has locked and checked the lease of."""
     batch = EventBatch(execution, now)
     execution = mark_started(execution, batch)
+    await apply_outcomes(tx, execution.id, outcomes, batch)
     if status is ExecutionStatus.COMPLETED:
         done = transition(execution, status, now, output=output or "null")
         batch.execution(EventType.EXECUTION_COMPLETED, done, output=Raw(done.output or "null"))

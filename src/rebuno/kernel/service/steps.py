@@ -8,12 +8,13 @@ Must not import a concrete store backend, the API, or httpx.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
 from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
-from rebuno.kernel.domain.decision import StepDecision, StepRequest
+from rebuno.kernel.domain.decision import StepDecision, StepOutcome, StepRequest
 from rebuno.kernel.domain.errors import Conflict, NotFound, ValidationFailed
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, transition
@@ -45,7 +46,12 @@ RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
 
 class StepUseCases(ServiceBase):
     async def submit_step(
-        self, execution_id: str, agent_id: str, lease: Lease, request: StepRequest
+        self,
+        execution_id: str,
+        agent_id: str,
+        lease: Lease,
+        request: StepRequest,
+        outcomes: Sequence[StepOutcome] = (),
     ) -> StepDecision:
         key = StepKey(request.kind, request.target, request.args_hash)
         step_id_for = partial(
@@ -64,6 +70,7 @@ class StepUseCases(ServiceBase):
                 raise superseded(execution_id, lease)
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
+            await apply_outcomes(tx, execution_id, outcomes, batch)
             step_id = step_id_for(sub.occurrence)
             if sub.existing is not None:
                 decision = await self._decide_recorded(tx, sub.existing, request, batch)
@@ -360,6 +367,30 @@ def _new_step(
 
 def _replace_status(step: Step, status: StepStatus) -> Step:
     return replace(step, status=status)
+
+
+async def apply_outcomes(
+    tx: Transaction, execution_id: str, outcomes: Sequence[StepOutcome], batch: EventBatch
+) -> None:
+    """Records completions sent along with another request (the `step-completions`
+    extension). A step that is no longer executing keeps what it has: a terminal outcome is
+    never overwritten, and the agent learns nothing new from a refusal here."""
+    if not outcomes:
+        return
+    found = {s.step_id: s for s in await tx.get_steps(execution_id, [o.step_id for o in outcomes])}
+    for outcome in outcomes:
+        step = found.get(outcome.step_id)
+        if step is None or step.status is not StepStatus.EXECUTING:
+            log.info(
+                "ignored a carried completion: execution_id=%s step_id=%s is %s",
+                execution_id,
+                outcome.step_id,
+                "unknown" if step is None else step.status,
+            )
+            continue
+        done = _record_outcome(step, outcome.result, outcome.error, batch)
+        await tx.update_step(done)
+        found[step.step_id] = done
 
 
 def _record_outcome(

@@ -124,6 +124,10 @@ class Transaction(Protocol):
 
     async def get_step(self, step_id: str) -> Step | None: ...
 
+    async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
+        """The steps of this execution among `step_ids`, in no particular order."""
+        ...
+
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None: ...
 
     async def get_agent(self, agent_id: str) -> Agent:

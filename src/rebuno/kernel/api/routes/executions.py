@@ -12,7 +12,13 @@ from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
-from rebuno.kernel.api.body import parse_object, raw_field, reject_present, text_field
+from rebuno.kernel.api.body import (
+    parse_object,
+    raw_field,
+    reject_present,
+    step_outcomes,
+    text_field,
+)
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import (
     json_response,
@@ -133,7 +139,9 @@ class ExecutionRoutes:
         lease = params.required_lease(request.headers)
         # `state` (§21.3) is accepted; with no `previous` support there is nowhere to keep it.
         output = raw_field(body, "output") or "null"
-        await self._kernel.complete_execution(target, caller.agent_id, lease, output)
+        await self._kernel.complete_execution(
+            target, caller.agent_id, lease, output, step_outcomes(body)
+        )
         return no_content()
 
     async def fail(self, request: Request) -> Response:
@@ -142,5 +150,7 @@ class ExecutionRoutes:
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
         reason = text_field(body, "error")
-        await self._kernel.fail_execution(target, caller.agent_id, lease, reason)
+        await self._kernel.fail_execution(
+            target, caller.agent_id, lease, reason, step_outcomes(body)
+        )
         return no_content()

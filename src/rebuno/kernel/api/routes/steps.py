@@ -20,6 +20,7 @@ from rebuno.kernel.api.body import (
     parse_object,
     raw_field,
     reject_present,
+    step_outcomes,
     text_field,
 )
 from rebuno.kernel.api.routes.executions import execution_id
@@ -105,7 +106,7 @@ class StepRoutes:
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
         decision = await self._kernel.submit_step(
-            target, caller.agent_id, lease, step_request(body)
+            target, caller.agent_id, lease, step_request(body), step_outcomes(body)
         )
         return json_response(render_decision(decision))
 

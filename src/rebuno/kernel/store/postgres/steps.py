@@ -79,6 +79,14 @@ def from_row(row: Sequence[Any]) -> Step:
     )
 
 
+_GET_MANY = f"SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s AND s.step_id = ANY(%s)"
+
+
+async def get_many(conn: Connection, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
+    cur = await conn.execute(_GET_MANY, (execution_id, list(step_ids)))
+    return [from_row(row) for row in await cur.fetchall()]
+
+
 async def get(conn: Connection, step_id: str) -> Step | None:
     cur = await conn.execute(_GET, (step_id,))
     row = await cur.fetchone()

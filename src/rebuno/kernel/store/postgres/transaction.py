@@ -80,6 +80,11 @@ class PostgresTransaction:
     async def get_step(self, step_id: str) -> Step | None:
         return await self._run(steps.get(self._conn, step_id))
 
+    async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
+        if not step_ids:
+            return []
+        return await self._run(steps.get_many(self._conn, execution_id, step_ids))
+
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
         return await self._run(dispatches.get(self._conn, dispatch_id))
 

@@ -7,6 +7,7 @@ Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this packag
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
@@ -47,6 +48,15 @@ def to_record(row: tuple[Any, ...]) -> Step:
 def find(conn: sqlite3.Connection, step_id: str) -> Step | None:
     row = conn.execute(f"SELECT {COLUMNS} FROM steps WHERE step_id = ?", (step_id,)).fetchone()
     return None if row is None else to_record(row)
+
+
+def find_many(conn: sqlite3.Connection, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
+    marks = ", ".join("?" * len(step_ids))
+    rows = conn.execute(
+        f"SELECT {COLUMNS} FROM steps WHERE execution_id = ? AND step_id IN ({marks})",
+        (execution_id, *step_ids),
+    ).fetchall()
+    return [to_record(row) for row in rows]
 
 
 def insert(conn: sqlite3.Connection, step: Step) -> None:

@@ -65,6 +65,9 @@ class SqliteTransaction:
     async def get_step(self, step_id: str) -> Step | None:
         return self._run(steps.find, step_id)
 
+    async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
+        return self._run(steps.find_many, execution_id, step_ids) if step_ids else []
+
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
         return self._run(dispatches.find, dispatch_id)
 
