@@ -1,0 +1,81 @@
+"""Leases from the agent's side: heartbeats keep a long handler's dispatch, a lost lease cancels
+the handler, and `close()` stops what is in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from rebuno.kernel.config import Settings
+from rebuno.types import ExecutionStatus
+from tests.sdk.conftest import Harness
+
+LEASE = timedelta(seconds=1)
+
+
+@pytest.fixture
+def kernel_settings(kernel_settings: Settings) -> Settings:
+    return replace(kernel_settings, dispatch_lease_timeout=LEASE)
+
+
+async def test_heartbeats_keep_the_lease_of_a_handler_that_outlives_it(harness: Harness) -> None:
+    runs: list[int] = []
+
+    async def process() -> str:
+        runs.append(1)
+        # Three lease periods of work: without renewals the kernel would redeliver.
+        await asyncio.sleep(3 * LEASE.total_seconds())
+        return "done"
+
+    async with harness.serve("marathon", process):
+        done = await harness.run("marathon", timeout=30)
+
+    acked = [e for e in await harness.client.events(done.id) if e.type == "dispatch.acked"]
+    assert done.output == "done"
+    assert runs == [1]
+    assert len(acked) == 1
+
+
+async def test_lost_lease_on_heartbeat_cancels_the_handler(harness: Harness) -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def process() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async with harness.serve("abandoned", process):
+        created = await harness.client.create("abandoned")
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.client.cancel(created.id)
+        await asyncio.wait_for(cancelled.wait(), 10)
+        final = await harness.client.get(created.id)
+
+    assert final.status is ExecutionStatus.CANCELLED
+    assert final.failure_reason == "client_cancelled"
+
+
+async def test_close_cancels_handlers_in_flight(harness: Harness) -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def process() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async with harness.serve("closing", process) as agent:
+        created = await harness.client.create("closing")
+        await asyncio.wait_for(started.wait(), 10)
+        await agent.close()
+
+    assert cancelled.is_set()
+    assert (await harness.client.get(created.id)).status is ExecutionStatus.RUNNING
