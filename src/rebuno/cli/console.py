@@ -36,7 +36,7 @@ def interactive() -> bool:
 
 
 class KernelThread(threading.Thread):
-    """Runs `server.run_observed` and reports when it listens, or why it could not start."""
+    """Runs `server.run` and reports when it listens, or why it could not start."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(name="rebuno-kernel", daemon=True)
@@ -49,7 +49,7 @@ class KernelThread(threading.Thread):
 
     def run(self) -> None:
         try:
-            server.run_observed(self._settings, stop=self._stop_event, on_ready=self._on_ready)
+            server.run(self._settings, stop=self._stop_event, on_ready=self._on_ready)
         except BaseException as exc:  # handed to the main thread, which reports it
             self.error = exc
         finally:

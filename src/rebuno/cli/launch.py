@@ -40,7 +40,7 @@ def launch(*, dev: bool, flags: Mapping[str, object]) -> None:
         if dev and console.interactive():
             console.run(settings)
         else:
-            server.run_observed(settings)
+            server.run(settings)
     except KernelError as exc:
         raise fail(exc.message, RUNTIME_ERROR) from None
     except OSError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
@@ -108,8 +109,18 @@ async def provision(kernel: Kernel, manifest_path: str) -> None:
         )
 
 
-async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = None) -> None:
-    """Runs one replica until it is asked to stop."""
+async def serve(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Runs one replica until SIGINT/SIGTERM, or until `stop` is set (the REPL's `quit`, from
+    another thread through `loop.call_soon_threadsafe(stop.set)`). Serves with HTTP metrics,
+    log lines carrying the ids of their request or delivery, and tracing when
+    `otel_endpoint` is set."""
+    tracing = Tracing.from_settings(settings)
+    install_log_correlation()
     sock = bind(settings.listen_addr)
     store = open_store(settings)
     await store.open()
@@ -117,29 +128,38 @@ async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = 
     bus = open_bus(settings)
     try:
         kernel = Kernel(store, settings, bus=bus)
-        dispatch_loop = DispatchLoop(kernel, deliverer)
+        dispatch_loop = DispatchLoop(kernel, tracing.deliverer(deliverer))
         kernel.wake = dispatch_loop.wake
         if settings.config_file:
             await provision(kernel, settings.config_file)
-        server = uvicorn.Server(_uvicorn_config(kernel, settings))
-        url = public_url(sock)
-        (on_ready or _announce)(url)
-        await _run_until_stopped(server, sock, _background(kernel, dispatch_loop, bus))
+        app = HttpMetrics(tracing.asgi(create_app(kernel, settings)))
+        server = uvicorn.Server(_uvicorn_config(app))
+        jobs = _background(kernel, dispatch_loop, bus)
+        if stop is not None:
+            jobs.append(("stop-watch", _exit_when(stop, server)))
+        (on_ready or _announce)(public_url(sock))
+        await _run_until_stopped(server, sock, jobs)
     finally:
         sock.close()
         if isinstance(bus, PostgresBus):
             await bus.close()
         await deliverer.close()
         await store.close()
+        await asyncio.to_thread(tracing.shutdown)
+
+
+async def _exit_when(stop: asyncio.Event, server: uvicorn.Server) -> None:
+    await stop.wait()
+    server.should_exit = True
 
 
 def _announce(url: str) -> None:
     print(f"rebuno kernel listening on {url}", file=sys.stderr, flush=True)
 
 
-def _uvicorn_config(kernel: Kernel, settings: Settings) -> uvicorn.Config:
+def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(kernel, settings),
+        app,
         lifespan="off",
         access_log=False,
         log_config=None,
@@ -188,8 +208,13 @@ def _report_stopped(task: asyncio.Task[None]) -> None:
         log.error("background loop %s stopped", task.get_name(), exc_info=task.exception())
 
 
-def run(settings: Settings) -> None:
-    """Synchronous entry point: uvloop when installed, the default loop otherwise."""
+def run(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Synchronous entry point of `serve`: uvloop when installed, the default loop otherwise."""
     try:
         import uvloop
 
@@ -197,70 +222,4 @@ def run(settings: Settings) -> None:
     except ImportError:  # uvloop is optional (not on every platform)
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve(settings))
-
-
-# -- Operability: serving with metrics, log correlation and tracing, and a stop to pull -------
-# `serve` above is unchanged; `rebuno dev` and `rebuno server` start the kernel through
-# `run_observed`. Folding the observers and `stop` into `serve` would retire this copy.
-
-
-async def serve_observed(
-    settings: Settings,
-    *,
-    stop: asyncio.Event | None = None,
-    on_ready: Callable[[str], None] | None = None,
-) -> None:
-    """`serve`, plus HTTP metrics, log lines carrying the ids of their request or delivery,
-    tracing when `otel_endpoint` is set, and a graceful stop once `stop` is set (the REPL's
-    `quit`, from another thread through `loop.call_soon_threadsafe(stop.set)`)."""
-    tracing = Tracing.from_settings(settings)
-    install_log_correlation()
-    sock = bind(settings.listen_addr)
-    store = open_store(settings)
-    await store.open()
-    deliverer = HttpDeliverer()
-    bus = open_bus(settings)
-    try:
-        kernel = Kernel(store, settings, bus=bus)
-        dispatch_loop = DispatchLoop(kernel, tracing.deliverer(deliverer))
-        kernel.wake = dispatch_loop.wake
-        if settings.config_file:
-            await provision(kernel, settings.config_file)
-        config = _uvicorn_config(kernel, settings)
-        config.app = HttpMetrics(tracing.asgi(create_app(kernel, settings)))
-        server = uvicorn.Server(config)
-        jobs = _background(kernel, dispatch_loop, bus)
-        if stop is not None:
-            jobs.append(("stop-watch", _exit_when(stop, server)))
-        (on_ready or _announce)(public_url(sock))
-        await _run_until_stopped(server, sock, jobs)
-    finally:
-        sock.close()
-        if isinstance(bus, PostgresBus):
-            await bus.close()
-        await deliverer.close()
-        await store.close()
-        await asyncio.to_thread(tracing.shutdown)
-
-
-async def _exit_when(stop: asyncio.Event, server: uvicorn.Server) -> None:
-    await stop.wait()
-    server.should_exit = True
-
-
-def run_observed(
-    settings: Settings,
-    *,
-    stop: asyncio.Event | None = None,
-    on_ready: Callable[[str], None] | None = None,
-) -> None:
-    """Synchronous entry point of `serve_observed`, on uvloop when it is installed."""
-    try:
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:  # uvloop is optional (not on every platform)
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve_observed(settings, stop=stop, on_ready=on_ready))
+        runner.run(serve(settings, stop=stop, on_ready=on_ready))
