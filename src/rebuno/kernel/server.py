@@ -19,7 +19,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from rebuno.kernel.api.app import create_app
-from rebuno.kernel.config import Settings
+from rebuno.kernel.config import Settings, split_listen_addr
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
@@ -70,12 +70,10 @@ def open_bus(settings: Settings) -> MemoryBus | PostgresBus:
 
 def bind(listen_addr: str) -> socket.socket:
     """Binds the listening socket ourselves so a port in use is one clear error."""
-    host, _, port_text = listen_addr.rpartition(":")
     try:
-        port = int(port_text)
-    except ValueError:
-        raise ServerError(f"--listen-addr {listen_addr!r}: expected HOST:PORT or :PORT") from None
-    host = host.strip("[]") or "0.0.0.0"
+        host, port = split_listen_addr(listen_addr)
+    except ValueError as exc:
+        raise ServerError(f"--listen-addr {listen_addr!r}: {exc}") from None
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
