@@ -55,7 +55,11 @@ def open_store(settings: Settings) -> Store:
     if scheme in ("postgres", "postgresql"):
         from rebuno.kernel.store.postgres import PostgresStore
 
-        return PostgresStore(url, min_size=settings.db_min_conns, max_size=settings.db_max_conns)
+        # §18.2: "auto" is enough connections for every delivery worker plus the API.
+        auto_max = max(10, 2 * settings.dispatch_concurrency + 10)
+        return PostgresStore(
+            url, min_size=settings.db_min_conns, max_size=settings.db_max_conns or auto_max
+        )
     raise ValidationFailed(
         f"--db-url: unsupported scheme {scheme!r} (use sqlite:///PATH or postgresql://…)"
     )
