@@ -1,0 +1,145 @@
+"""The scenarios that lose an agent on purpose: C (recovery after a SIGKILL inside a step) and
+E (the cost of replaying a recorded history, by size). Both run the kernel with a short lease
+(`sizes.lease_seconds`), so the execution of a dead agent is redelivered quickly.
+
+Imports only the bench's own modules, the public SDK and the standard library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from bench.outcome import Context, Outcome
+from bench.processes import AGENT_ID, poll
+from bench.rig import Rig, rig
+from bench.workload import ExecutionFailed
+from rebuno import Client
+
+
+def _kernel_env(ctx: Context, attempts: int = 5) -> dict[str, str]:
+    return {
+        "REBUNO_DISPATCH_LEASE_TIMEOUT": f"{ctx.sizes.lease_seconds}s",
+        "REBUNO_DISPATCH_MAX_ATTEMPTS": str(attempts),
+    }
+
+
+def recovery(ctx: Context) -> Outcome:
+    """C: the agent SIGKILLs itself inside step `c_crash_at`; a new agent is started at once.
+    The figure is from that restart to the kernel recording the execution completed."""
+    sizes, outcome = ctx.sizes, Outcome()
+    with rig(ctx.store, ctx.workdir / "C", _kernel_env(ctx)) as current:
+        reps = [_recovery_rep(current, ctx) for _ in range(sizes.reps)]
+    outcome.add_from(reps, {"recovery": "s", "recovery_seen_by_client": "s"}, "C")
+    outcome.details["C.lease_s"] = sizes.lease_seconds
+    outcome.details["C.target_s"] = sizes.lease_seconds + 1
+    outcome.details["C.steps_before_crash_ran_once"] = all(rep["verified"] for rep in reps)
+    outcome.details["C.step_runs"] = [rep["runs"] for rep in reps]
+    return outcome
+
+
+def _recovery_rep(current: Rig, ctx: Context) -> dict[str, Any]:
+    sizes = ctx.sizes
+    current.agent.stop()
+    current.start_agent(crash_at=sizes.c_crash_at).wait_listening()
+    current.new_marks()
+    execution_id = asyncio.run(_create(current, {"steps": sizes.c_steps, "mark": True}))
+    poll(lambda: not current.agent.alive(), sizes.wait_timeout, "the agent to crash")
+    restarted_wall, restarted = time.time(), time.perf_counter()
+    current.start_agent()
+    done = asyncio.run(_wait(current, execution_id, sizes.wait_timeout))
+    seen = time.perf_counter() - restarted
+    completed = datetime.fromisoformat(done["updated_at"]).timestamp()
+    runs = Counter(
+        mark["i"]
+        for mark in current.new_marks()
+        if mark["ev"] == "step" and mark["execution_id"] == execution_id
+    )
+    before = range(1, sizes.c_crash_at)
+    return {
+        "recovery": completed - restarted_wall,
+        "recovery_seen_by_client": seen,
+        "verified": all(runs[i] == 1 for i in before) and len(runs) == sizes.c_steps,
+        "runs": {str(i): runs[i] for i in sorted(runs)},
+    }
+
+
+async def _create(current: Rig, input: dict[str, Any]) -> str:
+    async with Client(current.kernel.url, current.token) as client:
+        execution = await client.create(AGENT_ID, input=input)
+        return execution.id
+
+
+async def _wait(current: Rig, execution_id: str, timeout: float) -> dict[str, Any]:
+    async with Client(current.kernel.url, current.token) as client:
+        done = await client.wait(execution_id, timeout=timeout)
+    if done.status != "completed":
+        raise ExecutionFailed(f"execution {done.id} ended {done.status}: {done.failure_reason}")
+    return {"updated_at": done.updated_at}
+
+
+async def _cancel(current: Rig, execution_id: str) -> None:
+    async with Client(current.kernel.url, current.token) as client:
+        await client.cancel(execution_id)
+
+
+def replay_cost(ctx: Context) -> Outcome:
+    """E: record a history of n steps, then force `reps` re-dispatches by killing the agent
+    while its handler holds after the last step; each new agent replays the whole history."""
+    sizes, outcome = ctx.sizes, Outcome()
+    env = _kernel_env(ctx, attempts=sizes.reps + 5)
+    per_step: dict[int, list[float]] = {}
+    with rig(ctx.store, ctx.workdir / "E", env) as current:
+        for steps in sizes.e_histories:
+            recorded, replays, waits = _history(current, ctx, steps)
+            per_step[steps] = replays
+            outcome.add(f"E.record_per_step_{steps}", "us", [recorded])
+            outcome.add(f"E.replay_per_step_{steps}", "us", replays)
+            outcome.add(f"E.redispatch_to_replayed_{steps}", "s", waits)
+    spreads = [_spread([per_step[n][rep] for n in per_step]) for rep in range(sizes.reps)]
+    outcome.add("E.replay_per_step_spread", "%", spreads)
+    return outcome
+
+
+def _history(current: Rig, ctx: Context, steps: int) -> tuple[float, list[float], list[float]]:
+    """Per-step microseconds of the first run and of each replay, and for each replay the
+    seconds from the agent's restart until the replayed loop ended."""
+    sizes = ctx.sizes
+    current.new_marks()
+    execution_id = asyncio.run(_create(current, {"steps": steps, "hold": True}))
+    first = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.05)
+    replays, waits = [], []
+    for _ in range(sizes.reps):
+        current.agent.kill()
+        restarted = time.perf_counter()
+        current.start_agent()
+        loop = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.01)
+        waits.append(time.perf_counter() - restarted)
+        replays.append(loop["elapsed_ns"] / 1000 / steps)
+    asyncio.run(_cancel(current, execution_id))
+    return first["elapsed_ns"] / 1000 / steps, replays, waits
+
+
+def _next_loop(current: Rig, execution_id: str, timeout: float) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    def finished() -> bool:
+        found.extend(
+            mark
+            for mark in current.new_marks()
+            if mark["ev"] == "loop" and mark["execution_id"] == execution_id
+        )
+        if not current.agent.alive():
+            raise RuntimeError(f"the agent died:\n{current.logs()}")
+        return bool(found)
+
+    poll(finished, timeout, f"execution {execution_id} to finish its loop", interval=0.01)
+    return found[0]
+
+
+def _spread(values: list[float]) -> float:
+    """How far apart the per-step figures are: (max - min) / min, in percent."""
+    return (max(values) - min(values)) / min(values) * 100

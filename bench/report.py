@@ -1,0 +1,234 @@
+"""The report of a run: figures derived from others (step cost in commit floors), the targets,
+the printed table and the JSON document. Standard library and the bench's own modules only.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.outcome import Outcome
+from bench.sizes import Sizes
+from bench.stats import Figure
+
+LABELS = {
+    "A.latency_median": "A latency, median (client)",
+    "A.latency_p99": "A latency, p99 (client)",
+    "A.latency_per_step": "A per step = latency median / steps",
+    "A.latency_marginal_per_step": "A per step, marginal over a 0-step run",
+    "A.latency_empty_median": "A 0-step latency, median (client)",
+    "A.span_median": "A kernel span, median",
+    "A.span_p99": "A kernel span, p99",
+    "A.span_per_step": "A per step = span median / steps",
+    "A.span_marginal_per_step": "A per step, marginal span (target)",
+    "A.span_empty_median": "A 0-step kernel span, median",
+    "A.step_in_pg_commits": "A marginal step / PG commit floor",
+    "B.executions_per_s": "B executions/s",
+    "B.steps_per_s": "B steps/s",
+    "B.latency_median": "B latency, median (client)",
+    "B.latency_p99": "B latency, p99 (client)",
+    "B.span_median": "B kernel span, median",
+    "B.span_p99": "B kernel span, p99",
+    "B.step_in_pg_commits": "B time per step / PG commit floor",
+    "C.recovery": "C restart to completion (kernel record)",
+    "C.recovery_seen_by_client": "C restart to completion (client wait)",
+    "D.kernel_peak_rss_mib": "D kernel peak RSS",
+    "D.postgres_peak_rss_mib": "D PostgreSQL peak RSS, summed",
+    "D.postgres_peak_pss_mib": "D PostgreSQL peak PSS, summed",
+    "D.agent_peak_rss_mib": "D agent peak RSS",
+    "D.client_peak_rss_mib": "D client peak RSS",
+    "D.cpu_kernel_per_step": "D kernel CPU per step",
+    "D.cpu_postgres_per_step": "D PostgreSQL CPU per step",
+    "D.cpu_agent_per_step": "D agent CPU per step",
+    "D.cpu_client_per_step": "D client CPU per step",
+    "E.replay_per_step_spread": "E replay per step, spread over sizes",
+    "F.dispatch_median": "F dispatch latency, median",
+    "F.dispatch_p99": "F dispatch latency, p99",
+    "floor.postgres_commit": "PostgreSQL INSERT+COMMIT, one client",
+    "floor.sqlite_commit": "SQLite INSERT+COMMIT (WAL, NORMAL)",
+}
+_PATTERNS = {
+    "E.record_per_step_": "E first run per step, {} steps",
+    "E.replay_per_step_": "E replay per step, {} steps",
+    "E.redispatch_to_replayed_": "E agent restart to replayed, {} steps",
+}
+_OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    op: str
+    limit: float
+
+    def met(self, value: float) -> bool:
+        return math.isfinite(value) and _OPS[self.op](value, self.limit)
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.limit:g}"
+
+
+def targets(sizes: Sizes) -> dict[str, dict[str, Target]]:
+    """The targets per figure and store, as bench/README.md states them."""
+    both = ("sqlite", "postgres")
+    recovery = Target("<=", sizes.lease_seconds + 1)
+    return {
+        "A.span_marginal_per_step": {"sqlite": Target("<=", 0.70), "postgres": Target("<=", 1.0)},
+        "B.steps_per_s": {"sqlite": Target(">=", 3000), "postgres": Target(">=", 2500)},
+        "C.recovery": dict.fromkeys(both, recovery),
+        "D.kernel_peak_rss_mib": dict.fromkeys(both, Target("<=", 150)),
+        "E.replay_per_step_spread": dict.fromkeys(both, Target("<=", 20)),
+        "F.dispatch_median": dict.fromkeys(both, Target("<=", 5)),
+    }
+
+
+@dataclass(slots=True)
+class Report:
+    sizes: Sizes
+    stores: dict[str, Outcome] = field(default_factory=dict)
+    floor: Outcome = field(default_factory=Outcome)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def outcome(self, store: str) -> Outcome:
+        return self.stores.setdefault(store, Outcome())
+
+    def derive(self) -> None:
+        """Step costs as multiples of PostgreSQL's single-client commit."""
+        floor = self.floor.figures.get("floor.postgres_commit")
+        if floor is None or not math.isfinite(floor.value):
+            return
+        floor_ms = floor.value / 1000
+        for outcome in self.stores.values():
+            marginal = outcome.figures.get("A.span_marginal_per_step")
+            if marginal is not None:
+                multiples = [rep / floor_ms for rep in marginal.reps]
+                outcome.add("A.step_in_pg_commits", "x", multiples)
+            rate = outcome.figures.get("B.steps_per_s")
+            if rate is not None:
+                multiples = [1000 / rep / floor_ms for rep in rate.reps]
+                outcome.add("B.step_in_pg_commits", "x", multiples)
+
+    def table(self) -> str:
+        stores = list(self.stores)
+        goals = targets(self.sizes)
+        header = ["figure", "unit", *stores, "target"]
+        rows = [header]
+        for key in self._keys():
+            cells = [label(key), self._unit(key)]
+            cells += [
+                _cell(self.stores[s].figures.get(key), goals.get(key, {}).get(s)) for s in stores
+            ]
+            cells.append(" / ".join(f"{s} {t}" for s, t in goals.get(key, {}).items()))
+            rows.append(cells)
+        for key, item in self.floor.figures.items():
+            rows.append([label(key), item.unit, _cell(item, None), *[""] * len(stores)])
+        return _render(rows) + self._footer()
+
+    def as_json(self) -> dict[str, Any]:
+        goals = targets(self.sizes)
+        return {
+            "sizes": self.sizes.as_json(),
+            "commit_floor": {k: f.as_json() for k, f in self.floor.figures.items()},
+            "stores": {
+                store: {
+                    "figures": {
+                        k: _json(f, goals.get(k, {}).get(store)) for k, f in o.figures.items()
+                    },
+                    "details": o.details,
+                }
+                for store, o in self.stores.items()
+            },
+            "targets": {k: {s: str(t) for s, t in v.items()} for k, v in goals.items()},
+            "errors": self.errors,
+        }
+
+    def _keys(self) -> list[str]:
+        keys: dict[str, None] = {}
+        for outcome in self.stores.values():
+            keys.update(dict.fromkeys(outcome.figures))
+        return sorted(keys, key=_order)
+
+    def _unit(self, key: str) -> str:
+        for outcome in self.stores.values():
+            if key in outcome.figures:
+                return outcome.figures[key].unit
+        return ""
+
+    def _footer(self) -> str:
+        lines = [""]
+        for store, outcome in self.stores.items():
+            for key, value in outcome.details.items():
+                if not isinstance(value, list):
+                    lines.append(f"{store}: {key} = {value}")
+        lines += [f"ERROR {where}: {text}" for where, text in self.errors.items()]
+        return "\n".join(lines)
+
+
+def label(key: str) -> str:
+    if key in LABELS:
+        return LABELS[key]
+    for prefix, pattern in _PATTERNS.items():
+        if key.startswith(prefix):
+            return pattern.format(f"{int(key[len(prefix) :]):,}")
+    return key
+
+
+def _order(key: str) -> tuple[str, int, str]:
+    """Scenario letter, then the LABELS order, then E's sizes in numeric order."""
+    order = list(LABELS)
+    if key in LABELS:
+        return key.split(".")[0], order.index(key), ""
+    prefix, _, size = key.rpartition("_")
+    return key.split(".")[0], len(order), f"{prefix}{int(size):012d}" if size.isdigit() else key
+
+
+def _cell(item: Figure | None, target: Target | None) -> str:
+    if item is None:
+        return ""
+    text = _number(item.value)
+    if len(item.reps) > 1:
+        text += f" [{_number(item.low)}-{_number(item.high)}]"
+    if target is not None:
+        text += " ok" if target.met(item.value) else " MISS"
+    return text
+
+
+def _json(item: Figure, target: Target | None) -> dict[str, object]:
+    body = item.as_json()
+    if target is not None:
+        body["target"] = str(target)
+        body["met"] = target.met(item.value)
+    return body
+
+
+def _number(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _render(rows: Iterable[list[str]]) -> str:
+    rows = list(rows)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def merge(into: Outcome, outcome: Outcome) -> None:
+    into.figures.update(outcome.figures)
+    into.details.update(outcome.details)

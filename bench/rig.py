@@ -1,0 +1,78 @@
+"""A rig: one kernel on a fresh store and the benchmark agent, plus the marks file the agent
+writes (webhook arrivals, step bodies, finished loops). Every scenario gets its own rig, so no
+scenario sees another's history.
+
+Imports only the bench's own process helpers and the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.processes import TOKEN, AgentProcess, Kernel, Store, free_port, fresh_store
+
+
+@dataclass(slots=True)
+class Rig:
+    store: Store
+    kernel: Kernel
+    agent: AgentProcess
+    workdir: Path
+    agent_port: int
+    marks: Path
+    restarts: int = 0
+    _read: int = field(default=0)
+
+    @property
+    def token(self) -> str:
+        return TOKEN
+
+    @property
+    def database(self) -> str:
+        """The PostgreSQL database name ('' on SQLite)."""
+        return self.store.url.rsplit("/", 1)[-1] if self.store.name == "postgres" else ""
+
+    def start_agent(self, crash_at: int = 0) -> AgentProcess:
+        """A new agent process (the old one must be dead or stopped); not yet listening."""
+        self.restarts += 1
+        log = self.workdir / f"agent-{self.restarts}.log"
+        self.agent = AgentProcess(self.kernel.url, self.agent_port, self.marks, log, crash_at)
+        return self.agent
+
+    def new_marks(self) -> list[dict[str, Any]]:
+        """The marks written since the last call (a torn last line waits for the next call)."""
+        with self.marks.open("rb") as marks:
+            marks.seek(self._read)
+            data = marks.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self._read += len(complete)
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+    def logs(self) -> str:
+        return f"kernel log:\n{self.kernel.output()}\nagent log:\n{self.agent.output()}"
+
+
+@contextlib.contextmanager
+def rig(store_name: str, workdir: Path, kernel_env: Mapping[str, str]) -> Iterator[Rig]:
+    """A kernel on a fresh `store_name` store and a listening agent; both stopped afterwards."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    marks = workdir / "marks.jsonl"
+    marks.touch()
+    port = free_port()
+    with fresh_store(store_name, workdir) as store:
+        kernel = Kernel(store, workdir, port, kernel_env)
+        try:
+            agent = AgentProcess(kernel.url, port, marks, workdir / "agent-0.log")
+            current = Rig(store, kernel, agent, workdir, port, marks)
+            try:
+                agent.wait_listening()
+                yield current
+            finally:
+                current.agent.stop()
+        finally:
+            kernel.stop()

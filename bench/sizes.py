@@ -1,0 +1,48 @@
+"""The knobs of a benchmark run: the full workload `make bench` runs, and the tiny one
+`BENCH_QUICK=1` runs. Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each scenario does. `lease_seconds` is the kernel's lease in C and E, so
+    a killed agent's execution is redelivered quickly; A, B and F run with the default."""
+
+    reps: int = 3
+    warmup: int = 10
+    a_executions: int = 200
+    a_empty_executions: int = 40
+    a_steps: int = 10
+    b_executions: int = 1000
+    b_clients: int = 16
+    b_steps: int = 10
+    c_steps: int = 50
+    c_crash_at: int = 26
+    e_histories: tuple[int, ...] = (10, 1000, 10000)
+    floor_commits: int = 500
+    lease_seconds: int = 2
+    wait_timeout: float = 120.0
+
+    def as_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+FULL = Sizes()
+
+QUICK = Sizes(
+    reps=1,
+    warmup=2,
+    a_executions=6,
+    a_empty_executions=2,
+    b_executions=24,
+    b_clients=4,
+    c_steps=6,
+    c_crash_at=4,
+    e_histories=(5, 20),
+    floor_commits=20,
+)
