@@ -24,7 +24,7 @@ async def run_command(command: str) -> dict[str, object]:
     return {"exit_code": process.returncode, "output": output.decode(errors="replace")[-4000:]}
 
 
-async def process(command: str) -> dict[str, object]:
+async def process(command: str) -> object:
     result = await run_command(command)
     if isinstance(result, str):  # a denial comes back as the tool's answer
         return {"refused": result}

@@ -23,6 +23,8 @@ from tests.sdk.loopback import free_socket, serving, url_of
 from tests.support import wait_until
 
 SECRET = "agent-secret"
+_STOP_TIMEOUT = 5.0
+_STOP_ATTEMPTS = 3
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
@@ -57,8 +59,19 @@ async def kernel_url(kernel_settings: Settings) -> AsyncIterator[str]:
     try:
         yield urls[0]
     finally:
+        await _stop(task)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel the kernel and wait for it, bounded. A background job of the kernel can lose a
+    cancellation that lands inside its tick (seen on PostgreSQL), so cancel again while it
+    has not stopped rather than hang the suite."""
+    for _ in range(_STOP_ATTEMPTS):
         task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        done, _ = await asyncio.wait({task}, timeout=_STOP_TIMEOUT)
+        if done:
+            return
+    raise AssertionError(f"the kernel did not stop after {_STOP_ATTEMPTS} cancellations")
 
 
 @dataclass

@@ -19,9 +19,11 @@ from rebuno.sdk._kernel import Lease
 from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
 
 SECRET = "webhook-secret"
-DELIVERY = {
-    "execution_id": "01937a6e-2f1c-7b3d-9e4f-5a6b7c8d9e0f",
-    "dispatch_id": "01937a6e-3000-7000-8000-000000000001",
+EXECUTION_ID = "01937a6e-2f1c-7b3d-9e4f-5a6b7c8d9e0f"
+DISPATCH_ID = "01937a6e-3000-7000-8000-000000000001"
+DELIVERY: dict[str, Any] = {
+    "execution_id": EXECUTION_ID,
+    "dispatch_id": DISPATCH_ID,
     "dispatch_attempt": 1,
     "lease_timeout_seconds": 120,
 }
@@ -154,7 +156,7 @@ def test_agent_without_secret_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_parse_delivery_reads_the_lease() -> None:
     delivery = parse_delivery(json.dumps({**DELIVERY, "lease_timeout_seconds": 7.5}).encode())
 
-    assert delivery == Delivery(DELIVERY["execution_id"], Lease(DELIVERY["dispatch_id"], 1, 7.5))
+    assert delivery == Delivery(EXECUTION_ID, Lease(DISPATCH_ID, 1, 7.5))
 
 
 def test_parse_delivery_defaults_missing_attempt_and_lease() -> None:
@@ -163,10 +165,14 @@ def test_parse_delivery_defaults_missing_attempt_and_lease() -> None:
     assert delivery == Delivery("e", Lease("d", 1, 120.0))
 
 
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
 async def test_newer_attempt_supersedes_the_running_one() -> None:
     deliveries = Deliveries()
     first = Delivery("e", Lease("d", 1, 120.0))
-    running = asyncio.create_task(asyncio.Event().wait())
+    running = asyncio.create_task(_forever())
     deliveries.admit(first)
     deliveries.started("e", running)
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from rebuno.protocol import signing
-from rebuno.sdk.errors import NetworkError, NotFoundError, error_from_envelope
-from rebuno.types import Execution, Step, StepDecision
+from rebuno.sdk.errors import NetworkError, error_from_envelope
+from rebuno.types import Execution, StepDecision
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +60,6 @@ class KernelClient:
     async def get_execution(self, execution_id: str) -> Execution:
         response = await self._send("GET", f"/v0/executions/{execution_id}")
         return Execution.model_validate_json(response.content)
-
-    async def get_step(self, execution_id: str, step_id: str) -> Step | None:
-        try:
-            response = await self._send("GET", f"/v0/executions/{execution_id}/steps/{step_id}")
-        except NotFoundError:
-            return None
-        return Step.model_validate_json(response.content)
 
     async def submit_step(
         self,
