@@ -7,7 +7,6 @@ SIGTERM; `run` is its synchronous entry point on the fastest available event loo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import sys
@@ -34,6 +33,8 @@ from rebuno.kernel.tracing import Tracing, install_log_correlation
 
 log = logging.getLogger("rebuno.kernel")
 GRACEFUL_SHUTDOWN_SECONDS = 10
+CANCEL_ROUNDS = 5
+CANCEL_GRACE_SECONDS = 1.0
 
 
 class ServerError(KernelError):
@@ -198,11 +199,21 @@ async def _run_until_stopped(
     try:
         await server.serve(sockets=[sock])
     finally:
-        for task in tasks:
+        await _cancel_all(tasks)
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancels the background loops and waits for them. A driver may swallow a cancellation
+    that lands inside one of its awaits, so a loop still running after a grace period is
+    cancelled again rather than holding up shutdown."""
+    pending = set(tasks)
+    for _ in range(CANCEL_ROUNDS):
+        for task in pending:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_GRACE_SECONDS)
+        if not pending:
+            return
+    log.warning("background loops still running at shutdown: %s", [t.get_name() for t in pending])
 
 
 def _report_stopped(task: asyncio.Task[None]) -> None:
