@@ -21,8 +21,10 @@ from pydantic import BaseModel
 from rebuno.protocol.enums import Decision, StepKind
 from rebuno.sdk._kernel import KernelClient, Lease, encode_json
 from rebuno.sdk.errors import (
+    APIError,
     Blocked,
     LeaseSuperseded,
+    NetworkError,
     PolicyError,
     RateLimited,
     RebunoError,
@@ -35,8 +37,13 @@ logger = logging.getLogger("rebuno")
 
 _T = TypeVar("_T")
 _HEARTBEAT_CAP = 30.0
+# A carried completion waits at most this long for the handler's next kernel call before it
+# is sent on its own, so a handler busy between steps does not leave a finished step looking
+# unfinished for long.
+CARRY_DELAY_SECONDS = 0.02
 
 _current: ContextVar[ExecutionContext | None] = ContextVar("rebuno_execution", default=None)
+_background: set[asyncio.Task[None]] = set()
 
 
 class ExecutionContext:
@@ -58,6 +65,7 @@ class ExecutionContext:
         agent_id: str,
         input: Any = None,
         status: str = "running",
+        carry_completions: bool = False,
     ) -> None:
         self.id = execution_id
         self.agent_id = agent_id
@@ -68,6 +76,12 @@ class ExecutionContext:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.signal: Blocked | Terminated | None = None
         self.superseded = False
+        self.kernel_unreachable = False
+        """A kernel call failed without an answer (network, 5xx): the outcome of this run
+        cannot be trusted to be recorded, so it ends quietly and the lease redelivers it."""
+        self._carry = carry_completions
+        self._carried: list[dict[str, Any]] = []
+        self._carry_flush: asyncio.TimerHandle | None = None
 
     @property
     def lease(self) -> Lease:
@@ -102,7 +116,7 @@ class ExecutionContext:
         decision = await self.submit(kind, target, args, idempotency)
         match _decision(decision):
             case Decision.PROCEED:
-                return await self._run_body(decision.step_id, target, run)
+                return await self._run_body(decision.step_id, target, run, idempotency)
             case Decision.REPLAY:
                 return _replayed(decision, target)
             case _:
@@ -127,11 +141,61 @@ class ExecutionContext:
         await self._on_owner_loop(send)
 
     async def submit(self, kind: str, target: str, args: Any, idempotency: str) -> StepDecision:
-        """Submit a step under this dispatch's lease; a lease loss is remembered."""
+        """Submit a step under this dispatch's lease; a lease loss is remembered. Completions
+        waiting to be carried travel with it."""
         send = self._kernel.submit_step(
-            self.id, self._lease, kind=kind, target=target, args=args, idempotency=idempotency
+            self.id,
+            self._lease,
+            kind=kind,
+            target=target,
+            args=args,
+            idempotency=idempotency,
+            completions=self.take_completions(),
         )
         return await self._guard(send)
+
+    def take_completions(self) -> list[dict[str, Any]]:
+        """The completions waiting to be carried by the next kernel call, now handed over."""
+        if self._carry_flush is not None:
+            self._carry_flush.cancel()
+            self._carry_flush = None
+        carried, self._carried = self._carried, []
+        return carried
+
+    async def flush_completions(self) -> None:
+        """Sends waiting completions on their own. Best-effort: a completion that is lost
+        only re-runs a `safe_to_retry` step on the next delivery."""
+        for carried in self.take_completions():
+            try:
+                send = self._kernel.complete_step(
+                    self.id, carried["step_id"], self._lease, carried["result"]
+                )
+                await self._guard(send)
+            except RebunoError as exc:
+                logger.warning(
+                    "could not record step_id=%s execution_id=%s: %s",
+                    carried["step_id"],
+                    self.id,
+                    exc,
+                )
+                return
+
+    async def _record(self, step_id: str, result: Any, idempotency: str) -> None:
+        if self._carry and idempotency == "safe_to_retry":
+            self._carried.append({"step_id": step_id, "result": result})
+            if self._carry_flush is None:
+                loop = self._loop or asyncio.get_running_loop()
+                self._carry_flush = loop.call_later(CARRY_DELAY_SECONDS, self._flush_later)
+            return
+        await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, result))
+
+    def _flush_later(self) -> None:
+        self._carry_flush = None
+        if self._carried:
+            assert self._loop is not None
+            task = self._loop.create_task(self.flush_completions())
+            _background.add(task)
+            task.add_done_callback(_background.discard)
 
     def refusal(self, decision: StepDecision) -> RebunoError:
         """The exception for a decision that is neither proceed nor replay.
@@ -172,7 +236,9 @@ class ExecutionContext:
                 # Best-effort: a missed renewal is retried next tick, well inside the lease.
                 logger.warning("heartbeat failed for execution_id=%s: %s", self.id, exc)
 
-    async def _run_body(self, step_id: str, target: str, run: Callable[[], Any] | None) -> Any:
+    async def _run_body(
+        self, step_id: str, target: str, run: Callable[[], Any] | None, idempotency: str
+    ) -> Any:
         try:
             result = await _call(run)
             recorded = jsonable(result)
@@ -183,7 +249,7 @@ class ExecutionContext:
         except Exception as exc:
             await self._fail_quietly(step_id, exc)
             raise ToolError(str(exc) or type(exc).__name__, target, step_id) from exc
-        await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, recorded))
+        await self._record(step_id, recorded, idempotency)
         return result
 
     async def _fail_quietly(self, step_id: str, exc: Exception) -> None:
@@ -207,6 +273,10 @@ class ExecutionContext:
             raise
         except Terminated as exc:
             raise self._remember(exc) from None
+        except (NetworkError, APIError) as exc:
+            if exc.retryable:
+                self.kernel_unreachable = True
+            raise
 
     def _remember(self, signal: Blocked | Terminated) -> Blocked | Terminated:
         if self.signal is None:

@@ -70,8 +70,11 @@ class KernelClient:
         target: str,
         args: Any,
         idempotency: str,
+        completions: list[dict[str, Any]] | None = None,
     ) -> StepDecision:
         body = {"kind": kind, "target": target, "args": args, "idempotency": idempotency}
+        if completions:
+            body["completions"] = completions
         path = f"/v0/executions/{execution_id}/steps"
         response = await self._send("POST", path, body, lease)
         return StepDecision.model_validate_json(response.content)
@@ -95,12 +98,29 @@ class KernelClient:
     async def heartbeat(self, execution_id: str, lease: Lease) -> None:
         await self._send("POST", f"/v0/executions/{execution_id}/heartbeat", None, lease)
 
-    async def complete_execution(self, execution_id: str, lease: Lease, output: Any) -> None:
-        path = f"/v0/executions/{execution_id}/complete"
-        await self._send("POST", path, {"output": output}, lease)
+    async def complete_execution(
+        self,
+        execution_id: str,
+        lease: Lease,
+        output: Any,
+        completions: list[dict[str, Any]] | None = None,
+    ) -> None:
+        body: dict[str, Any] = {"output": output}
+        if completions:
+            body["completions"] = completions
+        await self._send("POST", f"/v0/executions/{execution_id}/complete", body, lease)
 
-    async def fail_execution(self, execution_id: str, lease: Lease, error: str) -> None:
-        await self._send("POST", f"/v0/executions/{execution_id}/fail", {"error": error}, lease)
+    async def fail_execution(
+        self,
+        execution_id: str,
+        lease: Lease,
+        error: str,
+        completions: list[dict[str, Any]] | None = None,
+    ) -> None:
+        body: dict[str, Any] = {"error": error}
+        if completions:
+            body["completions"] = completions
+        await self._send("POST", f"/v0/executions/{execution_id}/fail", body, lease)
 
     async def _send(
         self, method: str, path: str, body: Any = None, lease: Lease | None = None

@@ -25,6 +25,15 @@ class Delivery:
 
     execution_id: str
     lease: Lease
+    extensions: frozenset[str] = frozenset()
+    """Protocol extensions the kernel offered on this webhook (`Rebuno-Extensions`)."""
+
+
+def parse_extensions(header: str | None) -> frozenset[str]:
+    """The comma-separated names of a `Rebuno-Extensions` header."""
+    if not header:
+        return frozenset()
+    return frozenset(name.strip() for name in header.split(",") if name.strip())
 
 
 def parse_delivery(body: bytes) -> Delivery | None:

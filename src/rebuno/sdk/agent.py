@@ -11,6 +11,7 @@ never the kernel, never starlette.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import logging
@@ -19,10 +20,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from rebuno.protocol import signing
+from rebuno.protocol.extensions import EXTENSIONS_HEADER
+from rebuno.protocol.extensions import STEP_COMPLETIONS as CARRY_COMPLETIONS
 from rebuno.sdk._context import ExecutionContext, jsonable
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._kernel import KernelClient
-from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
+from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery, parse_extensions
 from rebuno.sdk.errors import (
     Blocked,
     LeaseSuperseded,
@@ -160,6 +163,9 @@ class Agent:
             await _respond(send, 401, {"error": "invalid signature"})
             return
         delivery = parse_delivery(body)
+        if delivery is not None:
+            offered = parse_extensions(_header(scope, EXTENSIONS_HEADER))
+            delivery = dataclasses.replace(delivery, extensions=offered)
         if delivery is None:
             await _respond(send, 400, {"error": "execution_id and dispatch_id are required"})
         elif self._handler is None:
@@ -187,6 +193,7 @@ class Agent:
             execution_id=delivery.execution_id,
             lease=delivery.lease,
             agent_id=self.agent_id,
+            carry_completions=CARRY_COMPLETIONS in delivery.extensions,
         )
         try:
             await self._run(context)
@@ -232,18 +239,24 @@ class Agent:
     async def _finish(
         self, context: ExecutionContext, *, output: Any = None, error: BaseException | None = None
     ) -> None:
-        if context.signal is not None or context.superseded:
+        if context.superseded or context.kernel_unreachable:
+            # The kernel could not record this run's outcome; the lease brings it back.
+            return
+        if context.signal is not None:
+            await context.flush_completions()
             return
         signal = refusal_from(error) if error is not None else None
         if isinstance(signal, _QUIET) or isinstance(error, _QUIET):
+            await context.flush_completions()
             return
+        carried = context.take_completions()
         try:
             if error is None:
-                await self._kernel.complete_execution(context.id, context.lease, output)
+                await self._kernel.complete_execution(context.id, context.lease, output, carried)
             else:
                 reason = failure_reason(signal or error)
                 logger.warning("execution_id=%s failed: %s", context.id, reason, exc_info=error)
-                await self._kernel.fail_execution(context.id, context.lease, reason)
+                await self._kernel.fail_execution(context.id, context.lease, reason, carried)
         except _QUIET:
             return
         except RebunoError as exc:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import httpx
 
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.protocol.extensions import EXTENSIONS_HEADER, OFFERED
 from rebuno.protocol.signing import EXECUTION_ID_HEADER, SIGNATURE_HEADER, sign_body
 
 MAX_REDIRECTS = 10
 # Tells an agent of ours which of this kernel's own protocol extensions it may use; other
 # SDKs ignore the header.
-EXTENSIONS_HEADER = "Rebuno-Extensions"
-EXTENSIONS = "step-completions"
+EXTENSIONS = ", ".join(OFFERED)
 
 
 class HttpDeliverer:
