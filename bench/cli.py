@@ -51,6 +51,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", default=env("BENCH_QUICK") == "1")
     parser.add_argument("--reps", type=int, default=int(env("BENCH_REPS") or 0) or None)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[item for item in (env("BENCH_SET") or "").split(",") if item],
+        metavar="KNOB=VALUE",
+        help="override a size knob of bench/sizes.py, e.g. b_executions=1000",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--profile", type=Path, help="py-spy profiles of A and B into DIR")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
@@ -65,6 +72,22 @@ def chosen(text: str, allowed: tuple[str, ...] | list[str]) -> list[str]:
     return names
 
 
+def with_knobs(sizes: Sizes, knobs: list[str]) -> Sizes:
+    """`sizes` with `name=value` overrides; a tuple knob takes values separated by `/`."""
+    fields = {item.name: item for item in dataclasses.fields(sizes)}
+    changes: dict[str, object] = {}
+    for knob in knobs:
+        name, _, text = knob.partition("=")
+        if name not in fields or not text:
+            raise SystemExit(f"unknown knob {knob!r}: choose from {', '.join(fields)}")
+        current = getattr(sizes, name)
+        if isinstance(current, tuple):
+            changes[name] = tuple(int(part) for part in text.split("/"))
+        else:
+            changes[name] = type(current)(text)
+    return dataclasses.replace(sizes, **changes)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     stores = chosen(args.stores, STORES)
@@ -72,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.reps:
         sizes = dataclasses.replace(sizes, reps=args.reps)
+    sizes = with_knobs(sizes, args.set)
     runs = {SCENARIOS[letter][0]: SCENARIOS[letter][1] for letter in letters}
     scratch = Path(tempfile.mkdtemp(prefix="rebuno-bench-"))
     started, clock = datetime.now(UTC), time.monotonic()
@@ -101,7 +125,8 @@ def run(
     profile: Path | None,
 ) -> Report:
     report = Report(sizes)
-    _attempt(report, "floor", commit_floor, Context("", scratch, sizes), report.floor)
+    floor = Context("postgres" if "postgres" in stores else "", scratch, sizes)
+    _attempt(report, "floor", commit_floor, floor, report.floor)
     for store in stores:
         for name, scenario in runs.items():
             print(f"[{_clock()}] {store}: {name} ...", file=sys.stderr, flush=True)

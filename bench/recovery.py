@@ -16,6 +16,7 @@ from typing import Any
 from bench.outcome import Context, Outcome
 from bench.processes import AGENT_ID, poll
 from bench.rig import Rig, rig
+from bench.scenarios import warm_up
 from bench.workload import ExecutionFailed
 from rebuno import Client
 
@@ -88,39 +89,52 @@ async def _cancel(current: Rig, execution_id: str) -> None:
 
 def replay_cost(ctx: Context) -> Outcome:
     """E: record a history of n steps, then force `reps` re-dispatches by killing the agent
-    while its handler holds after the last step; each new agent replays the whole history."""
+    while its handler holds after the last step; each new agent replays the whole history.
+
+    Besides the whole replay divided by n, the first replayed step and the mean of the others
+    are reported apart: a fixed cost at the start of a replay shows there, not as a slope."""
     sizes, outcome = ctx.sizes, Outcome()
     env = _kernel_env(ctx, attempts=sizes.reps + 5)
-    per_step: dict[int, list[float]] = {}
+    replays: dict[int, list[dict[str, float]]] = {}
     with rig(ctx.store, ctx.workdir / "E", env) as current:
+        warm_up(current, ctx, sizes.a_steps)
         for steps in sizes.e_histories:
-            recorded, replays, waits = _history(current, ctx, steps)
-            per_step[steps] = replays
+            recorded, replays[steps] = _history(current, ctx, steps)
             outcome.add(f"E.record_per_step_{steps}", "us", [recorded])
-            outcome.add(f"E.replay_per_step_{steps}", "us", replays)
-            outcome.add(f"E.redispatch_to_replayed_{steps}", "s", waits)
-    spreads = [_spread([per_step[n][rep] for n in per_step]) for rep in range(sizes.reps)]
-    outcome.add("E.replay_per_step_spread", "%", spreads)
+            units = {"per_step": "us", "first_step": "ms", "rest_per_step": "us", "wait": "s"}
+            for key, unit in units.items():
+                outcome.add(f"E.replay_{key}_{steps}", unit, [rep[key] for rep in replays[steps]])
+    for key in ("per_step", "rest_per_step"):
+        spreads = [_spread([replays[n][rep][key] for n in replays]) for rep in range(sizes.reps)]
+        outcome.add(f"E.replay_{key}_spread", "%", spreads)
     return outcome
 
 
-def _history(current: Rig, ctx: Context, steps: int) -> tuple[float, list[float], list[float]]:
-    """Per-step microseconds of the first run and of each replay, and for each replay the
-    seconds from the agent's restart until the replayed loop ended."""
+def _history(current: Rig, ctx: Context, steps: int) -> tuple[float, list[dict[str, float]]]:
+    """Per-step microseconds of the first run, and the figures of each replay."""
     sizes = ctx.sizes
     current.new_marks()
     execution_id = asyncio.run(_create(current, {"steps": steps, "hold": True}))
     first = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.05)
-    replays, waits = [], []
+    replays = []
     for _ in range(sizes.reps):
         current.agent.kill()
         restarted = time.perf_counter()
         current.start_agent()
         loop = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.01)
-        waits.append(time.perf_counter() - restarted)
-        replays.append(loop["elapsed_ns"] / 1000 / steps)
+        replays.append(_replay_figures(loop, time.perf_counter() - restarted))
     asyncio.run(_cancel(current, execution_id))
-    return first["elapsed_ns"] / 1000 / steps, replays, waits
+    return first["elapsed_ns"] / 1000 / steps, replays
+
+
+def _replay_figures(loop: dict[str, Any], wait: float) -> dict[str, float]:
+    steps, elapsed, first = loop["steps"], loop["elapsed_ns"], loop["first_ns"]
+    return {
+        "per_step": elapsed / 1000 / steps,
+        "first_step": first / 1e6,
+        "rest_per_step": (elapsed - first) / 1000 / max(steps - 1, 1),
+        "wait": wait,
+    }
 
 
 def _next_loop(current: Rig, execution_id: str, timeout: float) -> dict[str, Any]:

@@ -45,6 +45,7 @@ LABELS = {
     "D.cpu_agent_per_step": "D agent CPU per step",
     "D.cpu_client_per_step": "D client CPU per step",
     "E.replay_per_step_spread": "E replay per step, spread over sizes",
+    "E.replay_rest_per_step_spread": "E replay per step after the first, spread",
     "F.dispatch_median": "F dispatch latency, median",
     "F.dispatch_p99": "F dispatch latency, p99",
     "floor.postgres_commit": "PostgreSQL INSERT+COMMIT, one client",
@@ -53,7 +54,9 @@ LABELS = {
 _PATTERNS = {
     "E.record_per_step_": "E first run per step, {} steps",
     "E.replay_per_step_": "E replay per step, {} steps",
-    "E.redispatch_to_replayed_": "E agent restart to replayed, {} steps",
+    "E.replay_first_step_": "E replay, first step, {} steps",
+    "E.replay_rest_per_step_": "E replay per step after the first, {} steps",
+    "E.replay_wait_": "E agent restart to replayed, {} steps",
 }
 _OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge}
 
@@ -175,13 +178,16 @@ def label(key: str) -> str:
     return key
 
 
-def _order(key: str) -> tuple[str, int, str]:
-    """Scenario letter, then the LABELS order, then E's sizes in numeric order."""
-    order = list(LABELS)
+def _order(key: str) -> tuple[str, int, int, str]:
+    """Scenario letter, then the LABELS order, then the patterns' order and sizes."""
+    letter = key.split(".")[0]
     if key in LABELS:
-        return key.split(".")[0], order.index(key), ""
-    prefix, _, size = key.rpartition("_")
-    return key.split(".")[0], len(order), f"{prefix}{int(size):012d}" if size.isdigit() else key
+        return letter, list(LABELS).index(key), 0, ""
+    for index, prefix in enumerate(_PATTERNS, start=len(LABELS)):
+        size = key[len(prefix) :]
+        if key.startswith(prefix) and size.isdigit():
+            return letter, index, int(size), ""
+    return letter, len(LABELS) + len(_PATTERNS), 0, key
 
 
 def _cell(item: Figure | None, target: Target | None) -> str:
