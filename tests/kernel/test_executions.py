@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
@@ -98,3 +99,26 @@ async def test_listing_is_newest_first_with_a_cursor(kernel: Kernel) -> None:
     assert [e.id for e in first.items] == ids[::-1][:3]
     assert [e.id for e in rest.items] == ids[::-1][3:]
     assert rest.next_cursor is None
+
+
+async def test_events_long_poll_answers_at_the_next_commit(kernel: Kernel, run: Run) -> None:
+    seen = len(await kernel.list_events(run.execution_id, 0, 1000))
+    waiting = asyncio.create_task(kernel.list_events(run.execution_id, seen, 1000, wait=10))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+
+    await kernel.heartbeat(run.execution_id, AGENT, run.lease)
+
+    events = await asyncio.wait_for(waiting, 5)
+    assert [e.type for e in events] == ["execution.started"]
+
+
+async def test_events_long_poll_returns_at_once_for_a_terminal_execution(run: Run) -> None:
+    await run.kernel.cancel_execution(run.execution_id)
+    seen = len(await run.kernel.list_events(run.execution_id, 0, 1000))
+
+    events = await asyncio.wait_for(
+        run.kernel.list_events(run.execution_id, seen, 1000, wait=30), 5
+    )
+
+    assert events == []

@@ -12,6 +12,7 @@ from starlette.datastructures import Headers, QueryParams
 
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.domain.records import Lease
+from rebuno.protocol.durations import parse_duration
 from rebuno.protocol.signing import DISPATCH_ATTEMPT_HEADER, DISPATCH_ID_HEADER
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -98,3 +99,19 @@ def _single(headers: Headers, name: str) -> str | None:
     if len(values) > 1:
         raise ValidationFailed(f"validation error: {name} given more than once")
     return values[0] if values else None
+
+
+MAX_LONG_POLL_SECONDS = 30.0
+
+
+def long_poll(query: QueryParams) -> float:
+    """`wait` (ours): how long an empty events answer may be held, as a Go duration capped
+    at 30 s; absent means answer at once."""
+    text = first(query, "wait")
+    if not text:
+        return 0.0
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except ValueError:
+        raise ValidationFailed(f"validation error: wait {text!r} is not a duration") from None
+    return min(max(seconds, 0.0), MAX_LONG_POLL_SECONDS)

@@ -52,7 +52,7 @@ class AgentUseCases(ServiceBase):
             lease_timeout_seconds=lease_timeout_seconds,
             registered_at=self.clock(),
         )
-        async with self.store.transaction() as tx:
+        async with self.transaction() as tx:
             stored = await tx.upsert_agent(agent, keep_bundle=keep_bundle and policy_bundle is None)
         self._forget(agent_id)
         return stored
@@ -64,7 +64,7 @@ class AgentUseCases(ServiceBase):
         return await self.store.get_agent(agent_id)
 
     async def delete_agent(self, agent_id: str) -> None:
-        async with self.store.transaction() as tx:
+        async with self.transaction() as tx:
             await tx.delete_agent(agent_id)
         self._forget(agent_id)
 
@@ -72,7 +72,7 @@ class AgentUseCases(ServiceBase):
         """Validates before storing, so a bad bundle never replaces the one in force."""
         if bundle:
             self.bundles.get(bundle)
-        async with self.store.transaction() as tx:
+        async with self.transaction() as tx:
             await tx.set_policy_bundle(agent_id, bundle or None)
 
     def _forget(self, agent_id: str) -> None:

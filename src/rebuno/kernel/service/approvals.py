@@ -82,7 +82,7 @@ class ApprovalUseCases(ServiceBase):
         self, approval_id: str, status: ApprovalStatus, decided_by: str, rationale: str
     ) -> None:
         execution_id = (await self.store.get_approval(approval_id)).execution_id
-        async with self.store.transaction(execution_id) as tx:
+        async with self.transaction(execution_id) as tx:
             approval = await tx.get_approval(approval_id)
             if approval.status is not ApprovalStatus.PENDING:
                 raise Conflict(f"approval {approval_id} is already {approval.status}")

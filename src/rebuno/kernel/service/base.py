@@ -5,8 +5,10 @@ Must not import a concrete store backend, the API, or httpx.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -61,6 +63,21 @@ class ServiceBase:
         self.bundles = BundleCache()
         self.secrets: dict[str, tuple[float, str | None]] = {}
         """Agent secrets by id, with the monotonic time each entry expires."""
+        self.appended: dict[str, asyncio.Event] = {}
+        """Readers waiting for new events of an execution, woken after each commit."""
+
+    @asynccontextmanager
+    async def transaction(self, execution_id: str | None = None) -> AsyncIterator[Transaction]:
+        """The store's transaction, and once it committed, a wake-up for whoever waits on
+        this execution's event log in this process."""
+        async with self.store.transaction(execution_id) as tx:
+            yield tx
+        if execution_id is not None and (waiting := self.appended.pop(execution_id, None)):
+            waiting.set()
+
+    def on_append(self, execution_id: str) -> asyncio.Event:
+        """An event set after the next commit of a transaction on this execution."""
+        return self.appended.setdefault(execution_id, asyncio.Event())
 
     def new_dispatch(self, execution_id: str, now: datetime, delay: float = 0.0) -> Dispatch:
         return Dispatch(

@@ -71,7 +71,7 @@ class DispatchUseCases(ServiceBase):
             await self._record_failure(dispatch)
 
     async def _record_ack(self, dispatch: Dispatch) -> None:
-        async with self.store.transaction(dispatch.execution_id) as tx:
+        async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
                 return
@@ -80,7 +80,7 @@ class DispatchUseCases(ServiceBase):
             await flush(tx, mark_started(execution, batch), batch)
 
     async def _record_failure(self, dispatch: Dispatch) -> None:
-        async with self.store.transaction(dispatch.execution_id) as tx:
+        async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
                 return
@@ -100,7 +100,7 @@ class DispatchUseCases(ServiceBase):
             await tx.update_dispatch(_requeued(dispatch, retry_at, now))
 
     async def _discard(self, dispatch: Dispatch) -> None:
-        async with self.store.transaction(dispatch.execution_id) as tx:
+        async with self.transaction(dispatch.execution_id) as tx:
             if not await _still_owns(tx, dispatch):
                 return
             execution = await tx.get_execution(dispatch.execution_id)
@@ -121,7 +121,7 @@ class DispatchUseCases(ServiceBase):
     async def _exhaust(self, dispatch: Dispatch) -> None:
         """A re-claim past the attempt budget fails the run, but only with the dispatch's
         own lease: a run that parked or blocked meanwhile is left alone."""
-        async with self.store.transaction(dispatch.execution_id) as tx:
+        async with self.transaction(dispatch.execution_id) as tx:
             if not await _still_owns(tx, dispatch):
                 return
             execution = await tx.get_execution(dispatch.execution_id)

@@ -5,6 +5,8 @@ Must not import a concrete store backend, the API, or httpx.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -23,6 +25,7 @@ from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
 
 CLIENT_CANCELLED = "client_cancelled"
+REPLICA_POLL_SECONDS = 0.25
 DEADLINE_EXCEEDED = "deadline_exceeded"
 DISPATCH_EXHAUSTED = "dispatch_exhausted"
 
@@ -31,7 +34,7 @@ class ExecutionUseCases(ServiceBase):
     async def create_execution(
         self, agent_id: str, input: RawJson, agent_version: str | None
     ) -> Execution:
-        async with self.store.transaction() as tx:
+        async with self.transaction() as tx:
             await tx.get_agent(agent_id)
             now = self.clock()
             deadline = self.settings.deadline_timeout
@@ -66,11 +69,27 @@ class ExecutionUseCases(ServiceBase):
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self.store.list_executions(flt)
 
-    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
-        events = await self.store.list_events(execution_id, after_seq, limit)
-        if not events:
-            await self.store.get_execution(execution_id)
-        return events
+    async def list_events(
+        self, execution_id: str, after_seq: int, limit: int, wait: float = 0.0
+    ) -> list[Event]:
+        """Events after `after_seq`. With `wait` (our long poll), an empty answer is held up
+        to that many seconds for the next commit on the execution, unless it is terminal."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            # Registered before the read, so a commit landing in between is not missed.
+            appended = self.on_append(execution_id) if wait > 0 else None
+            events = await self.store.list_events(execution_id, after_seq, limit)
+            if events:
+                return events
+            execution = await self.store.get_execution(execution_id)
+            remaining = deadline - loop.time()
+            if appended is None or execution.status.is_terminal or remaining <= 0:
+                return events
+            # Another replica's commits wake no one here: look again every so often.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(remaining, REPLICA_POLL_SECONDS)):
+                    await appended.wait()
 
     async def list_steps(
         self, execution_id: str, status: str | None, agent_id: str | None = None
@@ -91,7 +110,7 @@ class ExecutionUseCases(ServiceBase):
     async def cancel(self, execution_id: str, reason: str) -> None:
         """§10.1: cancelled, pending approvals expired, gated steps denied, running steps
         cancelled, dispatches retired; all in one transaction."""
-        async with self.store.transaction(execution_id) as tx:
+        async with self.transaction(execution_id) as tx:
             execution = await tx.get_execution(execution_id)
             batch = EventBatch(execution, self.clock())
             cancelled = transition(
@@ -109,7 +128,7 @@ class ExecutionUseCases(ServiceBase):
             await flush(tx, cancelled, batch)
 
     async def heartbeat(self, execution_id: str, agent_id: str, lease: Lease) -> None:
-        async with self.store.transaction(execution_id) as tx:
+        async with self.transaction(execution_id) as tx:
             execution = await tx.get_execution(execution_id)
             check_owner(execution, agent_id)
             now = self.clock()
@@ -153,7 +172,7 @@ class ExecutionUseCases(ServiceBase):
         outcomes: Sequence[StepOutcome],
     ) -> None:
         """Terminal is checked before the lease (§5.2), then the strong lease check."""
-        async with self.store.transaction(execution_id) as tx:
+        async with self.transaction(execution_id) as tx:
             execution = await tx.get_execution(execution_id)
             check_owner(execution, agent_id)
             if execution.status.is_terminal:

@@ -58,7 +58,7 @@ class StepUseCases(ServiceBase):
             compute_step_id, execution_id, request.kind.value, request.target, request.args_hash
         )
         woke = False
-        async with self.store.transaction(execution_id) as tx:
+        async with self.transaction(execution_id) as tx:
             now = self.clock()
             sub = await tx.load_submission(execution_id, lease, key, step_id_for, now)
             execution = sub.execution
@@ -291,7 +291,7 @@ class StepUseCases(ServiceBase):
         error: RawJson | None,
     ) -> StepDecision:
         """§9 in its order: step, terminal execution, weak lease, terminal step, status."""
-        async with self.store.transaction(execution_id) as tx:
+        async with self.transaction(execution_id) as tx:
             loaded = await tx.load_completion(execution_id, step_id, lease.dispatch_id)
             step, execution = loaded.step, loaded.execution
             if step is None:
@@ -329,7 +329,7 @@ class StepUseCases(ServiceBase):
         if step is None or step.execution_id != execution_id:
             raise NotFound(f"step {step_id} not found in execution {execution_id}")
         if lease is not None:
-            async with self.store.transaction() as tx:
+            async with self.transaction() as tx:
                 dispatch = await tx.get_dispatch(lease.dispatch_id)
             if (
                 dispatch is None

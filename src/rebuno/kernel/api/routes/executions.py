@@ -112,6 +112,7 @@ class ExecutionRoutes:
             execution_id(request),
             params.after_seq(query),
             params.page_limit(query, default=default, maximum=maximum, strict=False),
+            params.long_poll(query),
         )
         return json_response([render_event(event) for event in events])
 
