@@ -30,3 +30,16 @@ async def test_empty_answer_is_held_until_the_next_event(
 async def test_malformed_wait_is_refused(client: httpx.AsyncClient, execution: Execution) -> None:
     response = await client.get(f"/v0/executions/{execution.id}/events", params={"wait": "soon"})
     assert_error(response, 400, "validation_error")
+
+
+async def test_execution_read_is_held_until_it_ends(
+    kernel: Kernel, client: httpx.AsyncClient, execution: Execution
+) -> None:
+    held = asyncio.create_task(client.get(f"/v0/executions/{execution.id}", params={"wait": "10s"}))
+    await asyncio.sleep(0.05)
+    assert not held.done()
+
+    await kernel.cancel_execution(execution.id)
+
+    answer = (await asyncio.wait_for(held, 5)).json()
+    assert answer["status"] == "cancelled"

@@ -15,17 +15,12 @@ from typing import Any, Self
 
 import httpx
 
-from rebuno.protocol.events import EventType
 from rebuno.sdk.errors import NetworkError, error_from_envelope
 from rebuno.types import Approval, Event, Execution, ExecutionPage, Step, StreamDelta
 
-_TERMINAL_EVENTS = frozenset(
-    {EventType.EXECUTION_COMPLETED, EventType.EXECUTION_FAILED, EventType.EXECUTION_CANCELLED}
-)
 _WAIT_FIRST_DELAY = 0.05
 _WAIT_MAX_DELAY = 1.0
-_EVENTS_PAGE = 1000
-# How long the kernel may hold an empty events answer for `wait` (its long poll).
+# How long the kernel may hold the read of a live execution for `wait` (its long poll).
 _LONG_POLL = "10s"
 
 
@@ -95,12 +90,7 @@ class Client:
         self, execution_id: str, *, after_seq: int = 0, limit: int = 100
     ) -> builtins.list[Event]:
         """The execution's events with `event_seq > after_seq`, oldest first."""
-        return await self._events(execution_id, after_seq=after_seq, limit=limit)
-
-    async def _events(
-        self, execution_id: str, *, after_seq: int, limit: int, hold: str = ""
-    ) -> builtins.list[Event]:
-        params = _params(after_seq=after_seq, limit=limit, wait=hold)
+        params = _params(after_seq=after_seq, limit=limit)
         response = await self._request(
             "GET", f"/v0/executions/{execution_id}/events", params=params
         )
@@ -148,34 +138,28 @@ class Client:
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> Execution:  # noqa: ASYNC109
         """Wait until the execution is terminal and return it.
 
-        Follows the event log with `after_seq`. This kernel holds an empty answer until the
-        next event (a long poll), so the wait ends as soon as the execution does; against a
-        kernel that answers at once, it backs off gently while nothing happens.
+        This kernel holds the read of a live execution until it ends (a long poll), so the
+        wait returns as soon as the execution does; against a kernel that answers at once,
+        it polls, backing off gently.
 
         Raises:
             TimeoutError: `timeout` seconds passed first.
         """
         loop = asyncio.get_running_loop()
+        delay = _WAIT_FIRST_DELAY
         async with asyncio.timeout(timeout):
-            execution = await self.get(execution_id)
-            after_seq, delay = 0, _WAIT_FIRST_DELAY
-            while not execution.status.is_terminal:
+            while True:
                 asked = loop.time()
-                events = await self._events(
-                    execution_id, after_seq=after_seq, limit=_EVENTS_PAGE, hold=_LONG_POLL
+                response = await self._request(
+                    "GET", f"/v0/executions/{execution_id}", params={"wait": _LONG_POLL}
                 )
-                if events:
-                    after_seq, delay = events[-1].event_seq, _WAIT_FIRST_DELAY
-                    if any(event.type in _TERMINAL_EVENTS for event in events):
-                        execution = await self.get(execution_id)
-                    continue
+                execution = Execution.model_validate_json(response.content)
+                if execution.status.is_terminal:
+                    return execution
                 if loop.time() - asked < _WAIT_FIRST_DELAY:
-                    # Answered at once with nothing: a kernel without the long poll.
+                    # Answered at once while running: a kernel without the long poll.
                     await asyncio.sleep(delay)
                     delay = min(delay * 1.5, _WAIT_MAX_DELAY)
-                else:
-                    execution = await self.get(execution_id)
-        return execution
 
     async def stream(self, execution_id: str) -> AsyncIterator[StreamDelta]:
         """Yield the live output deltas of the execution's steps as they are published.

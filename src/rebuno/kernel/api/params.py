@@ -105,8 +105,8 @@ MAX_LONG_POLL_SECONDS = 30.0
 
 
 def long_poll(query: QueryParams) -> float:
-    """`wait` (ours): how long an empty events answer may be held, as a Go duration capped
-    at 30 s; absent means answer at once."""
+    """`wait` (ours): how long a long poll may hold its answer (an empty events page, a live
+    execution), as a Go duration capped at 30 s; absent means answer at once."""
     text = first(query, "wait")
     if not text:
         return 0.0

@@ -61,10 +61,21 @@ class ExecutionUseCases(ServiceBase):
         self.wake()
         return replace(execution, last_event_seq=batch.last_seq)
 
-    async def get_execution(self, execution_id: str, agent_id: str | None = None) -> Execution:
-        execution = await self.store.get_execution(execution_id)
-        check_owner(execution, agent_id)
-        return execution
+    async def get_execution(
+        self, execution_id: str, agent_id: str | None = None, wait: float = 0.0
+    ) -> Execution:
+        """The execution. With `wait` (our long poll), a live one is held up to that many
+        seconds for it to become terminal."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            appended = self.on_append(execution_id) if wait > 0 else None
+            execution = await self.store.get_execution(execution_id)
+            check_owner(execution, agent_id)
+            remaining = deadline - loop.time()
+            if appended is None or execution.status.is_terminal or remaining <= 0:
+                return execution
+            await _until(appended, min(remaining, REPLICA_POLL_SECONDS))
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self.store.list_executions(flt)
@@ -86,10 +97,7 @@ class ExecutionUseCases(ServiceBase):
             remaining = deadline - loop.time()
             if appended is None or execution.status.is_terminal or remaining <= 0:
                 return events
-            # Another replica's commits wake no one here: look again every so often.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(remaining, REPLICA_POLL_SECONDS)):
-                    await appended.wait()
+            await _until(appended, min(remaining, REPLICA_POLL_SECONDS))
 
     async def list_steps(
         self, execution_id: str, status: str | None, agent_id: str | None = None
@@ -228,6 +236,14 @@ async def _expire_pending_approvals(tx: Transaction, execution_id: str, batch: E
             denied = steps.finish(step, StepStatus.DENIED, batch.now, error=steps.CANCELLED_ERROR)
             await tx.update_step(denied)
             batch.step(EventType.STEP_DENIED, denied, error=steps.CANCELLED_ERROR)
+
+
+async def _until(appended: asyncio.Event, seconds: float) -> None:
+    """Waits for the next commit on an execution, but no longer than `seconds`: another
+    replica's commits wake no one here, so a long poll looks again every so often."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await appended.wait()
 
 
 def _deadline(execution: Execution) -> str | None:

@@ -101,7 +101,9 @@ class ExecutionRoutes:
 
     async def get(self, request: Request) -> Response:
         caller = await self._gate.client_or_agent(request)
-        execution = await self._kernel.get_execution(execution_id(request), caller.agent_id)
+        execution = await self._kernel.get_execution(
+            execution_id(request), caller.agent_id, params.long_poll(request.query_params)
+        )
         return json_response(render_execution(execution))
 
     async def events(self, request: Request) -> Response:
