@@ -342,12 +342,14 @@ async def test_terminal_step_refuses_changes(store: Store, change: dict[str, Any
     assert await store.get_step(done.step_id) == done
 
 
-async def test_steps_are_unique_per_key_and_occurrence(store: Store) -> None:
+async def test_a_step_id_is_recorded_once(store: Store) -> None:
+    # The id is a hash of (execution, kind, target, args hash, occurrence), so a unique id
+    # is also a unique key: the same id twice is the same effect twice.
     created = await seed_execution(store)
     first = await seed_step(store, created.id)
 
     with pytest.raises(Conflict):
-        await seed_step(store, created.id, step_id=hex_id("another id"), occurrence=0)
+        await seed_step(store, created.id, step_id=first.step_id, occurrence=1)
 
     assert await store.list_steps(created.id, None) == [first]
 

@@ -11,6 +11,9 @@ import sqlite3
 
 from rebuno.kernel.domain.errors import Unavailable
 
+# `events` is clustered on its key (rows are small, always read in key order). `steps` keeps a
+# rowid: results can be large. Its identity (execution, kind, target, args hash, occurrence)
+# needs no index of its own: the step id is a hash of exactly that tuple.
 _TABLES = (
     """CREATE TABLE agents (
         id TEXT PRIMARY KEY,
@@ -40,7 +43,7 @@ _TABLES = (
         payload TEXT NOT NULL,
         occurred_at INTEGER NOT NULL,
         PRIMARY KEY (execution_id, event_seq)
-    )""",
+    ) WITHOUT ROWID""",
     """CREATE TABLE steps (
         step_id TEXT PRIMARY KEY,
         execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
@@ -57,8 +60,7 @@ _TABLES = (
         usage_output INTEGER,
         proposed_seq INTEGER NOT NULL,
         started_at INTEGER,
-        completed_at INTEGER,
-        UNIQUE (execution_id, kind, target, args_hash, occurrence)
+        completed_at INTEGER
     )""",
     """CREATE TABLE approvals (
         id TEXT PRIMARY KEY,
@@ -106,7 +108,9 @@ _INDEXES = (
     # Partial indexes: the claim and the reaper scan only live rows, in the order they need.
     """CREATE INDEX dispatches_due ON dispatches (next_attempt_at)
         WHERE status IN ('pending', 'failed')""",
-    """CREATE INDEX dispatches_in_flight ON dispatches (locked_at) WHERE status = 'in_flight'""",
+    # Not on `locked_at`: every submission renews the lease, and an index on it would be
+    # rewritten each time. The reaper reads the (few) in-flight rows and filters.
+    """CREATE INDEX dispatches_in_flight ON dispatches (status) WHERE status = 'in_flight'""",
     "CREATE INDEX dispatches_execution ON dispatches (execution_id)",
     "CREATE INDEX steps_execution ON steps (execution_id, proposed_seq)",
     "CREATE INDEX approvals_status ON approvals (status, timeout_at)",

@@ -7,13 +7,17 @@ transaction's uncommitted rows. WAL with `synchronous=NORMAL` survives a process
 which is what the embedded store promises (not a power loss).
 
 SQLite calls run directly on the event loop thread: a statement on a local WAL file takes
-microseconds, less than a hop to a worker thread would cost.
+microseconds, less than a hop to a worker thread would cost. The one slow operation, the WAL
+checkpoint (which copies pages back and syncs the file), is taken off the request path: the
+writer never checkpoints by itself, and a worker thread does it on its own connection every
+`CHECKPOINT_EVERY` commits.
 Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this package.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import sqlite3
@@ -46,6 +50,8 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _MEMORY = ":memory:"
+CHECKPOINT_EVERY = 500
+"""Commits between two background WAL checkpoints."""
 _RETENTION_PAGE = 500
 """Executions deleted per write transaction, so retention never stalls the writer long."""
 
@@ -61,6 +67,9 @@ class SqliteStore:
         self._reader: sqlite3.Connection | None = None
         self._write_lock = asyncio.Lock()
         self._leaders: set[str] = set()
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint: asyncio.Future[None] | None = None
+        self._commits = 0
 
     @property
     def path(self) -> str:
@@ -75,6 +84,8 @@ class SqliteStore:
             writer = _connect(self._path)
             apply_schema(writer, self._path)
             self._reader = _connect(self._path, read_only=True)
+            # Used only from the checkpoint worker thread, one checkpoint at a time.
+            self._checkpointer = _connect(self._path, check_same_thread=False)
         except sqlite3.Error as exc:
             if writer is not None:
                 writer.close()
@@ -95,9 +106,15 @@ class SqliteStore:
     async def close(self) -> None:
         # Taking the writer lock lets a transaction in progress finish (or roll back) first.
         async with self._write_lock:
-            for conn in (self._reader, self._writer):
+            if self._checkpoint is not None:
+                await asyncio.gather(self._checkpoint, return_exceptions=True)
+            if self._writer is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            for conn in (self._reader, self._writer, self._checkpointer):
                 if conn is not None:
                     conn.close()
+            self._checkpointer = None
             self._reader = self._writer = None
             if self._tempdir is not None:
                 shutil.rmtree(self._tempdir, ignore_errors=True)
@@ -133,6 +150,24 @@ class SqliteStore:
             except BaseException:
                 self._rollback(conn)
                 raise
+            self._after_commit()
+
+    def _after_commit(self) -> None:
+        self._commits += 1
+        if self._commits < CHECKPOINT_EVERY or self._checkpoint is not None:
+            return
+        self._commits = 0
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return
+        self._checkpoint = asyncio.ensure_future(asyncio.to_thread(_checkpoint, checkpointer))
+        self._checkpoint.add_done_callback(self._checkpointed)
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpoint = None
+        if not done.cancelled() and done.exception() is not None:
+            # Best-effort: the WAL only grows until the next checkpoint succeeds.
+            log.warning("WAL checkpoint of %s failed: %s", self._path, done.exception())
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
         if not conn.in_transaction:
@@ -251,9 +286,17 @@ class SqliteStore:
         return total
 
 
-def _connect(path: str, read_only: bool = False) -> sqlite3.Connection:
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
+
+def _connect(
+    path: str, read_only: bool = False, check_same_thread: bool = True
+) -> sqlite3.Connection:
     # isolation_level=None: the store issues BEGIN/COMMIT itself.
-    conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+    conn = sqlite3.connect(
+        path, isolation_level=None, cached_statements=256, check_same_thread=check_same_thread
+    )
     try:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
@@ -261,6 +304,7 @@ def _connect(path: str, read_only: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
         if read_only:
             conn.execute("PRAGMA query_only = ON")
     except BaseException:
