@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.sqlite import SqliteStore
 from rebuno.kernel.store.sqlite.schema import LATEST
+from rebuno.kernel.store.sqlite.store import CHECKPOINT_EVERY
 from tests.store.builders import seed_execution
 
 
@@ -102,3 +105,29 @@ async def test_sqlite_watch_dispatches_returns_at_once(tmp_path: Path) -> None:
     await store.watch_dispatches(lambda: woken.append(None))
 
     assert woken == []
+
+
+async def test_wal_is_checkpointed_and_reused_under_continuous_writes(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "kernel.db"))
+    await store.open()
+    wal = Path(store.path + "-wal")
+    try:
+        created = await seed_execution(store)
+        sizes = []
+        for _ in range(3):
+            # Writes never stop, as under load: the checkpoint must catch up with them.
+            for _ in range(CHECKPOINT_EVERY):
+                await _bump(store, created.id)
+                await asyncio.sleep(0)
+            sizes.append(wal.stat().st_size)
+    finally:
+        await store.close()
+    # A WAL that checkpoints restart is reused at the size it reached once; one that is never
+    # restarted grows with every commit.
+    assert sizes[2] < 1.5 * sizes[0], sizes
+
+
+async def _bump(store: SqliteStore, execution_id: str) -> None:
+    async with store.transaction(execution_id) as tx:
+        execution = await tx.get_execution(execution_id)
+        await tx.update_execution(replace(execution, last_event_seq=execution.last_event_seq + 1))

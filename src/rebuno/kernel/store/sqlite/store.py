@@ -104,10 +104,10 @@ class SqliteStore:
         return self._requested
 
     async def close(self) -> None:
+        # A checkpoint takes the writer lock itself, so it is awaited before the lock.
+        await self.checkpointed()
         # Taking the writer lock lets a transaction in progress finish (or roll back) first.
         async with self._write_lock:
-            if self._checkpoint is not None:
-                await asyncio.gather(self._checkpoint, return_exceptions=True)
             if self._writer is not None:
                 with contextlib.suppress(sqlite3.Error):
                     self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -160,8 +160,21 @@ class SqliteStore:
         checkpointer = self._checkpointer
         if checkpointer is None:
             return
-        self._checkpoint = asyncio.ensure_future(asyncio.to_thread(_checkpoint, checkpointer))
+        self._checkpoint = asyncio.ensure_future(self._run_checkpoint(checkpointer))
         self._checkpoint.add_done_callback(self._checkpointed)
+
+    async def _run_checkpoint(self, checkpointer: sqlite3.Connection) -> None:
+        """Copies the WAL back in a worker thread while writers go on, then catches up on
+        the frames they added with writers held off for that short moment: only a WAL that
+        is checkpointed to its end is restarted by the next writer instead of growing."""
+        await asyncio.to_thread(_checkpoint, checkpointer)
+        async with self._write_lock:
+            await asyncio.to_thread(_checkpoint, checkpointer)
+
+    async def checkpointed(self) -> None:
+        """Returns once no background checkpoint is running."""
+        if self._checkpoint is not None:
+            await asyncio.gather(self._checkpoint, return_exceptions=True)
 
     def _checkpointed(self, done: asyncio.Future[None]) -> None:
         self._checkpoint = None
