@@ -8,11 +8,13 @@ library only.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,21 +75,30 @@ class Summary:
 
 def summarize(path: Path, top: int = 15) -> Summary:
     """Top `top` frames by self samples and by inclusive samples (a frame counted once per
-    stack however often it recurs)."""
+    stack however often it recurs). Pass-through frames (no self time, one callee: `main`,
+    click, runpy, middleware chains) are left out of the inclusive list, so it starts where
+    the work branches."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
+    callees: dict[str, set[str]] = {}
     total = 0
-    for line in path.read_text(errors="replace").splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        count = int(count_text)
-        frames = stack.split(";")
+    for stack, count in _stacks(path):
         total += count
-        own[frames[-1]] += count
-        for frame in set(frames):
+        own[stack[-1]] += count
+        for frame in set(stack):
             inclusive[frame] += count
-    return Summary(total, own.most_common(top), inclusive.most_common(top))
+        for caller, callee in itertools.pairwise(stack):
+            callees.setdefault(caller, set()).add(callee)
+    passing = {frame for frame, called in callees.items() if len(called) == 1 and not own[frame]}
+    branching = Counter({f: n for f, n in inclusive.items() if f not in passing})
+    return Summary(total, own.most_common(top), branching.most_common(top))
+
+
+def _stacks(path: Path) -> Iterator[tuple[list[str], int]]:
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            yield stack.split(";"), int(count)
 
 
 def main(argv: list[str]) -> None:

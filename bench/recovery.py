@@ -48,7 +48,7 @@ def _recovery_rep(current: Rig, ctx: Context) -> dict[str, Any]:
     current.start_agent(crash_at=sizes.c_crash_at).wait_listening()
     current.new_marks()
     execution_id = asyncio.run(_create(current, {"steps": sizes.c_steps, "mark": True}))
-    poll(lambda: not current.agent.alive(), sizes.wait_timeout, "the agent to crash")
+    poll(lambda: not current.agent.alive(), 60, f"the agent to crash\n{current.logs()}")
     restarted_wall, restarted = time.time(), time.perf_counter()
     current.start_agent()
     done = asyncio.run(_wait(current, execution_id, sizes.wait_timeout))
