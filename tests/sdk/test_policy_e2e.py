@@ -19,7 +19,6 @@ import openai
 import pytest
 
 from rebuno import (
-    APIError,
     Client,
     ConflictError,
     PolicyError,
@@ -116,12 +115,6 @@ rules:
         text: {regex: '(a+)+$'}
     then: {decision: deny, reason: only a's}
 """
-STALE_STATEMENT = (
-    "PostgresStore: a use case that raises inside a transaction rolls back with "
-    "conn.execute('ROLLBACK') in pipeline mode; psycopg then defers DEALLOCATE ALL until after "
-    "the next statement it prepares on that connection, so that statement's second use fails "
-    "with InvalidSqlStatementName (a 500)"
-)
 RESOLUTIONS = frozenset({"approval.granted", "approval.denied", "approval.expired"})
 ADVERSARIAL_SIZE = 100_000
 
@@ -264,6 +257,8 @@ async def test_bundle_replaced_over_http_decides_the_next_new_step(harness: Harn
 
     assert answer.status_code == 204
     assert before.output == "ran"
+    [allowed] = [e for e in await all_events(harness, before.id) if e.type == "step.allowed"]
+    assert allowed.payload["rule_id"] == "permissive"
     assert after.failure_reason == "policy_denied: no shell access"
 
 
@@ -384,15 +379,7 @@ async def test_expired_approval_reaches_a_tool_as_the_documented_string(
     assert done.output == "charge not allowed. reason: approval_timeout"
 
 
-async def test_grant_racing_expiry_resolves_each_approval_exactly_once(
-    harness: Harness, db_url: str, request: pytest.FixtureRequest
-) -> None:
-    if db_url.startswith("postgres"):
-        # The losing side rolls back, which can leave a pooled connection with a statement
-        # psycopg believes prepared and the server lost; see the strict xfail below.
-        request.applymarker(
-            pytest.mark.xfail(raises=(APIError, TimeoutError), strict=False, reason=STALE_STATEMENT)
-        )
+async def test_grant_racing_expiry_resolves_each_approval_exactly_once(harness: Harness) -> None:
     # Grants land from 20ms before to 40ms after each approval's deadline while the expiry
     # sweep ticks every 20ms, so either side may win; whichever wins, it wins alone.
     offsets_ms = [-20, -10, -5, 0, 5, 10, 20, 40]
@@ -466,7 +453,6 @@ async def kernel_on(settings: Settings) -> AsyncIterator[str]:
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, raises=APIError, reason=STALE_STATEMENT)
 async def test_refused_approval_decision_leaves_the_postgres_kernel_answering(
     postgres_url: str,
 ) -> None:

@@ -44,6 +44,7 @@ T = TypeVar("T")
 _BEGIN = b"BEGIN"
 _COMMIT = b"COMMIT"
 _ROLLBACK = b"ROLLBACK"
+_PING = b"SELECT 1"
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 
@@ -170,26 +171,42 @@ async def pipelined(
 ) -> AsyncIterator[PostgresTransaction]:
     """Begins a transaction on `conn` (taking the execution's lock when an id is given),
     commits it when the block exits normally and rolls it back when it raises."""
+    rolled_back = False
     try:
-        async with conn.pipeline() as pipeline:
-            # Queued, not awaited: they go out with the block's first read (or with the
-            # COMMIT), and the lock is granted before that read's snapshot is taken.
-            await conn.execute(_BEGIN, prepare=False)
-            if execution_id is not None:
-                await conn.execute(_LOCK, (execution_lock_key(execution_id),))
-            try:
-                yield PostgresTransaction(conn, server)
-            except BaseException:
-                await _abandon(conn, pipeline)
-                raise
-            await conn.execute(_COMMIT, prepare=False)
-        # Leaving the pipeline sends what is queued and waits: the commit's round trip.
+        try:
+            async with conn.pipeline() as pipeline:
+                # Queued, not awaited: they go out with the block's first read (or with the
+                # COMMIT), and the lock is granted before that read's snapshot is taken.
+                await conn.execute(_BEGIN, prepare=False)
+                if execution_id is not None:
+                    await conn.execute(_LOCK, (execution_lock_key(execution_id),))
+                try:
+                    yield PostgresTransaction(conn, server)
+                except BaseException:
+                    rolled_back = True
+                    await _abandon(conn, pipeline)
+                    raise
+                await conn.execute(_COMMIT, prepare=False)
+            # Leaving the pipeline sends what is queued and waits: the commit's round trip.
+        finally:
+            if rolled_back:
+                await _forget_prepared(conn)
     except psycopg.Error as exc:
         await _end_failed(conn)
         error = domain_error(exc, server)
         if error is exc:
             raise
         raise error from exc
+
+
+async def _forget_prepared(conn: Connection) -> None:
+    """A ROLLBACK makes psycopg drop its prepared statements and queue a `DEALLOCATE ALL`
+    for the next statement. Inside the next pipeline that would run after statements were
+    prepared again, and their next use would fail; so let it run now, outside any pipeline."""
+    if conn.broken:
+        return
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute(_PING, prepare=False)
 
 
 async def _abandon(conn: Connection, pipeline: psycopg.AsyncPipeline) -> None:
