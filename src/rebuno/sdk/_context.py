@@ -42,6 +42,8 @@ _HEARTBEAT_CAP = 30.0
 # unfinished for long.
 CARRY_DELAY_SECONDS = 0.02
 
+_DECISIONS = {member.value: member for member in Decision}
+
 _current: ContextVar[ExecutionContext | None] = ContextVar("rebuno_execution", default=None)
 _background: set[asyncio.Task[None]] = set()
 
@@ -82,6 +84,7 @@ class ExecutionContext:
         self._carry = carry_completions
         self._carried: list[dict[str, Any]] = []
         self._carry_flush: asyncio.TimerHandle | None = None
+        self._carried_at = 0.0
 
     @property
     def lease(self) -> Lease:
@@ -112,8 +115,7 @@ class ExecutionContext:
         `ToolError`; every other decision raises (`PolicyError`, `RateLimited`, `Blocked`,
         `Terminated`). `args` must be JSON: anything else raises `TypeError` before any call.
         """
-        encode_json(args)
-        decision = await self.submit(kind, target, args, idempotency)
+        decision = await self._submit(kind, target, encode_json(args), idempotency)
         match _decision(decision):
             case Decision.PROCEED:
                 return await self._run_body(decision.step_id, target, run, idempotency)
@@ -124,7 +126,7 @@ class ExecutionContext:
 
     async def begin_llm(self, target: str, request: Any) -> StepDecision:
         """Submit an LLM request as an `llm_call` step and return the decision unacted."""
-        return await self.submit(StepKind.LLM_CALL, target, request, "safe_to_retry")
+        return await self._submit(StepKind.LLM_CALL, target, encode_json(request), "safe_to_retry")
 
     async def record_llm(self, step_id: str, result: Any) -> None:
         """Record the provider's answer `{status, headers, body}` as the step's result."""
@@ -142,7 +144,11 @@ class ExecutionContext:
 
     async def submit(self, kind: str, target: str, args: Any, idempotency: str) -> StepDecision:
         """Submit a step under this dispatch's lease; a lease loss is remembered. Completions
-        waiting to be carried travel with it."""
+        waiting to be carried travel with it. `args` must be JSON (`TypeError` otherwise)."""
+        return await self._submit(kind, target, encode_json(args), idempotency)
+
+    async def _submit(self, kind: str, target: str, args: bytes, idempotency: str) -> StepDecision:
+        # `args` is encoded before the completions are taken, so a refused value loses none.
         send = self._kernel.submit_step(
             self.id,
             self._lease,
@@ -156,9 +162,6 @@ class ExecutionContext:
 
     def take_completions(self) -> list[dict[str, Any]]:
         """The completions waiting to be carried by the next kernel call, now handed over."""
-        if self._carry_flush is not None:
-            self._carry_flush.cancel()
-            self._carry_flush = None
         carried, self._carried = self._carried, []
         return carried
 
@@ -182,20 +185,29 @@ class ExecutionContext:
 
     async def _record(self, step_id: str, result: Any, idempotency: str) -> None:
         if self._carry and idempotency == "safe_to_retry":
+            loop = self._loop or asyncio.get_running_loop()
+            if not self._carried:
+                self._carried_at = loop.time()
             self._carried.append({"step_id": step_id, "result": result})
             if self._carry_flush is None:
-                loop = self._loop or asyncio.get_running_loop()
                 self._carry_flush = loop.call_later(CARRY_DELAY_SECONDS, self._flush_later)
             return
         await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, result))
 
     def _flush_later(self) -> None:
+        # Taking the completions leaves this timer running (a timer per step would cost more
+        # than the step's own bookkeeping), so it re-arms for whatever waits now.
         self._carry_flush = None
-        if self._carried:
-            assert self._loop is not None
-            task = self._loop.create_task(self.flush_completions())
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+        if not self._carried:
+            return
+        assert self._loop is not None
+        wait = self._carried_at + CARRY_DELAY_SECONDS - self._loop.time()
+        if wait > 0:
+            self._carry_flush = self._loop.call_later(wait, self._flush_later)
+            return
+        task = self._loop.create_task(self.flush_completions())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
 
     def refusal(self, decision: StepDecision) -> RebunoError:
         """The exception for a decision that is neither proceed nor replay.
@@ -267,6 +279,8 @@ class ExecutionContext:
 
     async def _guard(self, call: Coroutine[Any, Any, _T]) -> _T:
         try:
+            if self._loop is None or self._loop is asyncio.get_running_loop():
+                return await call
             return await self._on_owner_loop(call)
         except LeaseSuperseded:
             self.superseded = True
@@ -332,10 +346,11 @@ def jsonable(value: Any) -> Any:
 
 
 def _decision(decision: StepDecision) -> Decision:
-    try:
-        return Decision(decision.decision)
-    except ValueError:
-        raise RebunoError(f"unknown step decision {decision.decision!r}") from None
+    # A dict lookup: calling the enum costs more than the rest of reading the decision.
+    known = _DECISIONS.get(decision.decision)
+    if known is None:
+        raise RebunoError(f"unknown step decision {decision.decision!r}")
+    return known
 
 
 def _replayed(decision: StepDecision, target: str) -> Any:

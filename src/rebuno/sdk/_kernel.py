@@ -1,22 +1,31 @@
 """The agent's signed client for the kernel's agent routes (PROTOCOL §2.3, §5.2, §12, §16.1).
 
 Every request is signed with the `v1=` request scheme; every write carries the lease
-(`Rebuno-Dispatch-Id`, `Rebuno-Dispatch-Attempt`) the webhook was delivered under. Imports only
-`rebuno.protocol`, httpx and the SDK's own models; never the kernel.
+(`Rebuno-Dispatch-Id`, `Rebuno-Dispatch-Attempt`) the webhook was delivered under. The calls go
+through the lean keep-alive pool of `_wire`, since they are most of a durable step's cost on the
+agent's side. Imports only `rebuno.protocol`, the SDK's own modules and models (httpx only for its
+TLS trust settings); never the kernel.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from rebuno.protocol import signing
+from rebuno.sdk._wire import Pool, Response, TransportError
 from rebuno.sdk.errors import NetworkError, error_from_envelope
 from rebuno.types import Execution, StepDecision
+
+_JSON = ("Content-Type", "application/json")
+# One encoder for every body: json.dumps with options builds a fresh one per call.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +46,7 @@ class Lease:
 def encode_json(value: Any) -> bytes:
     """Encode a JSON body, refusing anything that is not plain JSON with a `TypeError`."""
     try:
-        return json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        return _ENCODER.encode(value).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise TypeError(f"value is not JSON-serializable: {exc}") from None
 
@@ -50,16 +59,16 @@ class KernelClient:
         self._secret = secret
         self._base_url = base_url.rstrip("/")
         self._timeout = timeout
-        self._http: httpx.AsyncClient | None = None
+        self._pool: Pool | None = None
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.aclose()
 
     async def get_execution(self, execution_id: str) -> Execution:
-        response = await self._send("GET", f"/v0/executions/{execution_id}")
-        return Execution.model_validate_json(response.content)
+        response = await self._send("GET", f"/v0/executions/{_segment(execution_id)}")
+        return Execution.model_validate_json(response.body)
 
     async def submit_step(
         self,
@@ -68,35 +77,38 @@ class KernelClient:
         *,
         kind: str,
         target: str,
-        args: Any,
+        args: bytes,
         idempotency: str,
         completions: list[dict[str, Any]] | None = None,
     ) -> StepDecision:
-        body = {"kind": kind, "target": target, "args": args, "idempotency": idempotency}
+        """Submit a step whose `args` are already encoded with `encode_json`."""
+        fields: dict[str, Any] = {"kind": kind, "target": target, "idempotency": idempotency}
         if completions:
-            body["completions"] = completions
-        path = f"/v0/executions/{execution_id}/steps"
-        response = await self._send("POST", path, body, lease)
-        return StepDecision.model_validate_json(response.content)
+            fields["completions"] = completions
+        path = f"/v0/executions/{_segment(execution_id)}/steps"
+        response = await self._send("POST", path, _with_args(fields, args), lease)
+        # Validation costs about what json.loads alone does here, so the model stays checked.
+        return StepDecision.model_validate_json(response.body)
 
     async def complete_step(
         self, execution_id: str, step_id: str, lease: Lease, result: Any
     ) -> None:
-        path = f"/v0/executions/{execution_id}/steps/{step_id}/complete"
-        await self._send("POST", path, {"result": result}, lease)
+        path = _step_path(execution_id, step_id, "complete")
+        await self._send("POST", path, encode_json({"result": result}), lease)
 
     async def fail_step(self, execution_id: str, step_id: str, lease: Lease, error: Any) -> None:
-        path = f"/v0/executions/{execution_id}/steps/{step_id}/fail"
-        await self._send("POST", path, {"error": error}, lease)
+        path = _step_path(execution_id, step_id, "fail")
+        await self._send("POST", path, encode_json({"error": error}), lease)
 
     async def stream_delta(
         self, execution_id: str, step_id: str, lease: Lease, *, seq: int, data: str
     ) -> None:
-        path = f"/v0/executions/{execution_id}/steps/{step_id}/stream"
-        await self._send("POST", path, {"seq": seq, "data": data}, lease)
+        path = _step_path(execution_id, step_id, "stream")
+        await self._send("POST", path, encode_json({"seq": seq, "data": data}), lease)
 
     async def heartbeat(self, execution_id: str, lease: Lease) -> None:
-        await self._send("POST", f"/v0/executions/{execution_id}/heartbeat", None, lease)
+        path = f"/v0/executions/{_segment(execution_id)}/heartbeat"
+        await self._send("POST", path, b"", lease)
 
     async def complete_execution(
         self,
@@ -108,7 +120,8 @@ class KernelClient:
         body: dict[str, Any] = {"output": output}
         if completions:
             body["completions"] = completions
-        await self._send("POST", f"/v0/executions/{execution_id}/complete", body, lease)
+        path = f"/v0/executions/{_segment(execution_id)}/complete"
+        await self._send("POST", path, encode_json(body), lease)
 
     async def fail_execution(
         self,
@@ -120,38 +133,68 @@ class KernelClient:
         body: dict[str, Any] = {"error": error}
         if completions:
             body["completions"] = completions
-        await self._send("POST", f"/v0/executions/{execution_id}/fail", body, lease)
+        path = f"/v0/executions/{_segment(execution_id)}/fail"
+        await self._send("POST", path, encode_json(body), lease)
 
     async def _send(
-        self, method: str, path: str, body: Any = None, lease: Lease | None = None
-    ) -> httpx.Response:
-        content = b"" if body is None else encode_json(body)
-        request = self._client().build_request(method, self._base_url + path, content=content)
-        self._sign(request, content, lease)
+        self, method: str, path: str, content: bytes = b"", lease: Lease | None = None
+    ) -> Response:
+        pool = self._pool or self._open()
+        target = pool.prefix + path
+        headers = self._signed(method, target, content, lease)
         try:
-            response = await self._client().send(request)
-        except httpx.TransportError as exc:
+            response = await pool.request(method, target, headers, content)
+        except TransportError as exc:
             raise NetworkError(f"{method} {path}: {exc!r}") from exc
-        if response.status_code >= 300:
-            raise error_from_envelope(response.status_code, response.content)
+        if response.status >= 300:
+            raise error_from_envelope(response.status, response.body)
         return response
 
-    def _sign(self, request: httpx.Request, body: bytes, lease: Lease | None) -> None:
+    def _signed(
+        self, method: str, target: str, body: bytes, lease: Lease | None
+    ) -> list[tuple[str, str]]:
         timestamp = str(int(time.time()))
-        dispatch_id, attempt = (lease.dispatch_id, str(lease.attempt)) if lease else ("", "")
-        # The target must be the path and query exactly as they go on the request line.
-        target = request.url.raw_path
-        request.headers[signing.AGENT_ID_HEADER] = self.agent_id
-        request.headers[signing.TIMESTAMP_HEADER] = timestamp
-        request.headers["Content-Type"] = "application/json"
+        headers = [
+            (signing.AGENT_ID_HEADER, self.agent_id),
+            (signing.TIMESTAMP_HEADER, timestamp),
+            _JSON,
+        ]
+        dispatch_id = attempt = ""
         if lease is not None:
-            request.headers.update(lease.headers())
-        request.headers[signing.SIGNATURE_HEADER] = signing.sign_request(
-            self._secret, request.method, target, timestamp, dispatch_id, attempt, body
+            dispatch_id, attempt = lease.dispatch_id, str(lease.attempt)
+            headers.append((signing.DISPATCH_ID_HEADER, dispatch_id))
+            headers.append((signing.DISPATCH_ATTEMPT_HEADER, attempt))
+        # The target is signed exactly as it goes on the request line.
+        signature = signing.sign_request(
+            self._secret, method, target, timestamp, dispatch_id, attempt, body
         )
+        headers.append((signing.SIGNATURE_HEADER, signature))
+        return headers
 
-    def _client(self) -> httpx.AsyncClient:
-        # Created on first use so the pool belongs to the loop that serves the webhook.
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=self._timeout)
-        return self._http
+    def _open(self) -> Pool:
+        # Opened on first use so the pool belongs to the loop that serves the webhook.
+        https = self._base_url.lower().startswith("https:")
+        self._pool = Pool(
+            self._base_url, timeout=self._timeout, ssl_context=_trust() if https else None
+        )
+        return self._pool
+
+
+def _with_args(fields: dict[str, Any], args: bytes) -> bytes:
+    """`fields` as a JSON object plus the member `args`, whose value is already encoded: the
+    arguments were encoded once to check them and are not encoded again."""
+    return encode_json(fields)[:-1] + b', "args": ' + args + b"}"
+
+
+def _trust() -> ssl.SSLContext:
+    """The CA bundle and `SSL_CERT_FILE`/`SSL_CERT_DIR` handling the SDK's other clients use."""
+    return httpx.create_ssl_context()
+
+
+def _segment(value: str) -> str:
+    """`value` escaped as one path segment (kernel ids are already plain)."""
+    return quote(value, safe="")
+
+
+def _step_path(execution_id: str, step_id: str, action: str) -> str:
+    return f"/v0/executions/{_segment(execution_id)}/steps/{_segment(step_id)}/{action}"
