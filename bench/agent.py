@@ -13,6 +13,7 @@ SDK; never the kernel.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -73,9 +74,18 @@ async def work(steps: int, mark: bool = False, hold: bool = False) -> dict[str, 
             steps=steps,
             elapsed_ns=time.perf_counter_ns() - started,
             first_ns=ends[0] - started if ends else 0,
+            tenths_ns=_tenths(started, ends),
         )
         await asyncio.Event().wait()
     return {"steps": steps, "last": last}
+
+
+def _tenths(started: int, ends: list[int]) -> list[int]:
+    """How long each tenth of the loop took, so a cost that grows with history shows."""
+    if len(ends) < 10:
+        return []
+    bounds = [started] + [ends[len(ends) * k // 10 - 1] for k in range(1, 11)]
+    return [later - earlier for earlier, later in itertools.pairwise(bounds)]
 
 
 def noting_arrivals(app: App) -> App:

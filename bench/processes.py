@@ -95,7 +95,9 @@ class Store:
 class Kernel(Process):
     """A kernel on `store`, on a free loopback port, with the bench agent provisioned."""
 
-    def __init__(self, store: Store, workdir: Path, agent_port: int, env: Mapping[str, str]):
+    def __init__(
+        self, store: Store, workdir: Path, agent_port: int, env: Mapping[str, str]
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         manifest = workdir / "rebuno.yaml"

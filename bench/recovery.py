@@ -96,10 +96,12 @@ def replay_cost(ctx: Context) -> Outcome:
     sizes, outcome = ctx.sizes, Outcome()
     env = _kernel_env(ctx, attempts=sizes.reps + 5)
     replays: dict[int, list[dict[str, float]]] = {}
+    tenths: dict[str, list[float]] = {}
+    outcome.details["E.per_step_us_by_tenth"] = tenths
     with rig(ctx.store, ctx.workdir / "E", env) as current:
         warm_up(current, ctx, sizes.a_steps)
         for steps in sizes.e_histories:
-            recorded, replays[steps] = _history(current, ctx, steps)
+            recorded, replays[steps] = _history(current, ctx, steps, tenths)
             outcome.add(f"E.record_per_step_{steps}", "us", [recorded])
             units = {"per_step": "us", "first_step": "ms", "rest_per_step": "us", "wait": "s"}
             for key, unit in units.items():
@@ -110,21 +112,32 @@ def replay_cost(ctx: Context) -> Outcome:
     return outcome
 
 
-def _history(current: Rig, ctx: Context, steps: int) -> tuple[float, list[dict[str, float]]]:
-    """Per-step microseconds of the first run, and the figures of each replay."""
+def _history(
+    current: Rig, ctx: Context, steps: int, tenths: dict[str, list[float]]
+) -> tuple[float, list[dict[str, float]]]:
+    """Per-step microseconds of the first run, and the figures of each replay; each loop's
+    per-step cost by tenths goes into `tenths`."""
     sizes = ctx.sizes
     current.new_marks()
     execution_id = asyncio.run(_create(current, {"steps": steps, "hold": True}))
     first = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.05)
+    tenths[f"first_run_{steps}"] = _per_step_tenths(first)
     replays = []
-    for _ in range(sizes.reps):
+    for rep in range(sizes.reps):
         current.agent.kill()
         restarted = time.perf_counter()
         current.start_agent()
         loop = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.01)
         replays.append(_replay_figures(loop, time.perf_counter() - restarted))
+        tenths[f"replay_{rep + 1}_{steps}"] = _per_step_tenths(loop)
     asyncio.run(_cancel(current, execution_id))
     return first["elapsed_ns"] / 1000 / steps, replays
+
+
+def _per_step_tenths(loop: dict[str, Any]) -> list[float]:
+    """Microseconds per step in each tenth of a loop, first tenth first."""
+    share = loop["steps"] / 10
+    return [round(tenth / 1000 / share, 1) for tenth in loop.get("tenths_ns", [])]
 
 
 def _replay_figures(loop: dict[str, Any], wait: float) -> dict[str, float]:

@@ -163,7 +163,7 @@ class Report:
         lines = [""]
         for store, outcome in self.stores.items():
             for key, value in outcome.details.items():
-                if not isinstance(value, list):
+                if not isinstance(value, list | dict):
                     lines.append(f"{store}: {key} = {value}")
         lines += [f"ERROR {where}: {text}" for where, text in self.errors.items()]
         return "\n".join(lines)

@@ -94,7 +94,9 @@ class Sampler:
     `groups` maps a name to a callable giving the pids to sum (called on every sample, so a
     PostgreSQL backend that appears later is counted)."""
 
-    def __init__(self, groups: Mapping[str, Callable[[], list[int]]], interval: float = 0.1):
+    def __init__(
+        self, groups: Mapping[str, Callable[[], list[int]]], interval: float = 0.1
+    ) -> None:
         self._groups = groups
         self._interval = interval
         self._stop = threading.Event()
