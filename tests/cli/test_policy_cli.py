@@ -276,7 +276,7 @@ def test_check_reports_yaml_that_does_not_parse(
         ),
         (["--target", "web_search"], "allow", "search-quota", "searches are cheap"),
         (["--kind", "llm_call", "--target", "gpt-4o"], "allow", "llm-budget", "within budget"),
-        (["--target", "shell"], "deny", "no-shell", ""),
+        (["--target", "shell"], "deny", "no-shell", "policy_denied"),
         (["--kind", "local", "--target", "clock"], "allow", "local", "local step"),
         (["--target", "deploy"], "deny", "default", "no explicit allow rule matched"),
     ],

@@ -16,7 +16,8 @@ from rebuno.cli.render import Output
 from rebuno.kernel.domain.errors import KernelError
 from rebuno.kernel.policy import Bundle, PolicyResult, load_bundle
 from rebuno.protocol.canonical import canonical_args
-from rebuno.protocol.enums import StepKind
+from rebuno.protocol.durations import format_duration
+from rebuno.protocol.enums import PolicyAction, StepKind
 
 BUNDLE = click.argument("bundle_file", metavar="FILE", type=click.Path(dir_okay=False))
 
@@ -94,7 +95,9 @@ def _describe(out: Output, result: PolicyResult) -> None:
     style = {"allow": "green", "deny": "red"}.get(result.action.value, "magenta")
     out.field("decision", out.style(result.action.value, style))
     out.field("rule", result.rule_id)
-    out.field("reason", result.reason)
+    # What the agent would see: a denial without a reason of its own reads `policy_denied`.
+    denied = result.action is PolicyAction.DENY
+    out.field("reason", result.reason or ("policy_denied" if denied else "-"))
     for name, text in _limits(result).items():
         out.field(name, text)
 
@@ -104,12 +107,19 @@ def _limits(result: PolicyResult) -> dict[str, str]:
     if result.approval is not None:
         approvers = ", ".join(result.approval.approvers or ()) or "anyone"
         timeout = result.approval.timeout
-        limits["approval"] = f"by {approvers}" + (f", times out after {timeout}" if timeout else "")
+        after = f", times out after {format_duration(timeout)}" if timeout else ""
+        message = f" ({result.approval.message})" if result.approval.message else ""
+        limits["approval"] = f"by {approvers}{after}{message}"
     if result.rate_limit is not None:
         limit = result.rate_limit
-        wait = f", parks up to {limit.max_wait}" if limit.max_wait else ", refuses when spent"
+        wait = (
+            f", parks up to {format_duration(limit.max_wait)}"
+            if limit.max_wait
+            else ", refuses when spent"
+        )
+        window = format_duration(limit.window)
         limits["rate limit"] = (
-            f"{limit.max_calls} per {limit.window} per {limit.per_what}{wait} (not applied here)"
+            f"{limit.max_calls} per {window} per {limit.per_what}{wait} (not applied here)"
         )
     if result.budget is not None:
         budget = result.budget
