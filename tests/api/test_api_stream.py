@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 
 import httpx
@@ -142,3 +143,45 @@ async def test_stream_needs_the_bearer_token(live_url: str, execution: Execution
     async with httpx.AsyncClient(base_url=live_url) as anonymous:
         response = await anonymous.get(f"/v0/executions/{execution.id}/stream")
     assert_error(response, 401, "unauthorized")
+
+
+async def test_consumer_that_stops_reading_stalls_neither_producer_nor_others(
+    kernel: Kernel,
+    live: httpx.AsyncClient,
+    live_url: str,
+    leased: AgentClient,
+    execution: Execution,
+) -> None:
+    step_id = await _executing_step(leased, execution)
+    produce = f"/v0/executions/{execution.id}/steps/{step_id}/stream"
+    stalled = _stalled_consumer(live_url, execution.id)
+    bus = kernel.bus
+    assert isinstance(bus, MemoryBus)
+    await wait_until(lambda: bus.subscriber_count(execution.id) == 1, message="stalled subscribed")
+    chunk = "x" * 7000
+    try:
+        async with live.stream("GET", f"/v0/executions/{execution.id}/stream") as response:
+            frames = Frames(response)
+            assert await frames.next() == ": ok"
+            # Lockstep: each delta must reach the reading consumer before the next is sent.
+            # Far more bytes than the stalled consumer's socket and the server's write buffer
+            # hold go out; had it back-pressured anyone, this loop would hang.
+            for seq in range(400):
+                posted = await leased.post(produce, {"seq": seq, "data": chunk})
+                assert posted.status_code == 204
+                assert (await frames.next_data())["seq"] == seq
+    finally:
+        stalled.close()
+
+
+def _stalled_consumer(live_url: str, execution_id: str) -> socket.socket:
+    """A subscriber that sends its request and then never reads a byte."""
+    host, port = live_url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    sock.sendall(
+        f"GET /v0/executions/{execution_id}/stream HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+    )
+    return sock
