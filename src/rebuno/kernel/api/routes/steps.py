@@ -6,6 +6,7 @@ Must not import a store backend or the dispatcher.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import TypeVar
 
@@ -26,13 +27,15 @@ from rebuno.kernel.api.body import (
 from rebuno.kernel.api.routes.executions import execution_id
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, render_decision, render_step
-from rebuno.kernel.domain.decision import StepRequest
+from rebuno.kernel.domain.decision import StepDecision, StepRequest
 from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.domain.records import Lease, RawJson
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.canonical import args_hash
 from rebuno.protocol.enums import Idempotency, StepKind, StepStatus
 
 E = TypeVar("E", bound=StrEnum)
+RecordOutcome = Callable[[str, str, str, Lease, RawJson], Awaitable[StepDecision]]
 CAPTURE_FIELDS = ("captures", "capture_failures")
 _NO_RESOURCES = "this kernel has no resource support"
 TERMINAL = "terminal"
@@ -111,31 +114,19 @@ class StepRoutes:
         return json_response(render_decision(decision))
 
     async def complete(self, request: Request) -> Response:
-        caller = await self._gate.agent(request)
-        target = execution_id(request)
-        body = parse_object(caller.body)
-        lease = params.required_lease(request.headers)
-        reject_present(body, CAPTURE_FIELDS, _NO_RESOURCES)
-        decision = await self._kernel.complete_step(
-            target,
-            caller.agent_id,
-            request.path_params["step_id"],
-            lease,
-            raw_field(body, "result") or "null",
-        )
-        return json_response(render_decision(decision))
+        return await self._finish(request, "result", self._kernel.complete_step)
 
     async def fail(self, request: Request) -> Response:
+        return await self._finish(request, "error", self._kernel.fail_step)
+
+    async def _finish(self, request: Request, field: str, record: RecordOutcome) -> Response:
+        """Complete and fail read the same headers and one JSON member (`result`/`error`)."""
         caller = await self._gate.agent(request)
         target = execution_id(request)
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
         reject_present(body, CAPTURE_FIELDS, _NO_RESOURCES)
-        decision = await self._kernel.fail_step(
-            target,
-            caller.agent_id,
-            request.path_params["step_id"],
-            lease,
-            raw_field(body, "error") or "null",
-        )
+        outcome = raw_field(body, field) or "null"
+        step_id = request.path_params["step_id"]
+        decision = await record(target, caller.agent_id, step_id, lease, outcome)
         return json_response(render_decision(decision))
