@@ -60,7 +60,8 @@ class StepUseCases(ServiceBase):
         woke = False
         async with self.transaction(execution_id) as tx:
             now = self.clock()
-            sub = await tx.load_submission(execution_id, lease, key, step_id_for, now)
+            carried = [outcome.step_id for outcome in outcomes]
+            sub = await tx.load_submission(execution_id, lease, key, step_id_for, now, carried)
             execution = sub.execution
             check_owner(execution, agent_id)
             if execution.status.is_terminal:
@@ -70,7 +71,7 @@ class StepUseCases(ServiceBase):
                 raise superseded(execution_id, lease)
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
-            await apply_outcomes(tx, execution_id, outcomes, batch)
+            await apply_outcomes(tx, execution_id, outcomes, batch, sub.completing)
             step_id = step_id_for(sub.occurrence)
             if sub.existing is not None:
                 decision = await self._decide_recorded(tx, sub.existing, request, batch)
@@ -370,14 +371,20 @@ def _replace_status(step: Step, status: StepStatus) -> Step:
 
 
 async def apply_outcomes(
-    tx: Transaction, execution_id: str, outcomes: Sequence[StepOutcome], batch: EventBatch
+    tx: Transaction,
+    execution_id: str,
+    outcomes: Sequence[StepOutcome],
+    batch: EventBatch,
+    loaded: Sequence[Step] | None = None,
 ) -> None:
     """Records completions sent along with another request (the `step-completions`
     extension). A step that is no longer executing keeps what it has: a terminal outcome is
     never overwritten, and the agent learns nothing new from a refusal here."""
     if not outcomes:
         return
-    found = {s.step_id: s for s in await tx.get_steps(execution_id, [o.step_id for o in outcomes])}
+    if loaded is None:
+        loaded = await tx.get_steps(execution_id, [o.step_id for o in outcomes])
+    found = {step.step_id: step for step in loaded}
     for outcome in outcomes:
         step = found.get(outcome.step_id)
         if step is None or step.status is not StepStatus.EXECUTING:

@@ -69,6 +69,9 @@ class Submission:
     """The step already recorded under the id that occurrence yields, if any."""
     policy_bundle: str | None
     """The execution's agent's policy bundle, read in the same statement for a new step."""
+    completing: tuple[Step, ...] = ()
+    """The steps whose outcomes the submission carries (`step-completions`), if they exist
+    in this execution."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +112,17 @@ class Transaction(Protocol):
         ...
 
     async def load_submission(
-        self, execution_id: str, lease: Lease, key: StepKey, step_id_for: StepIdFn, now: datetime
+        self,
+        execution_id: str,
+        lease: Lease,
+        key: StepKey,
+        step_id_for: StepIdFn,
+        now: datetime,
+        completing: Sequence[str] = (),
     ) -> Submission:
         """Reads the execution, checks and renews the lease, finds the next occurrence and
-        the step recorded under it. Raises `NotFound` for an unknown execution."""
+        the step recorded under it, and the steps named in `completing`. Raises `NotFound`
+        for an unknown execution."""
         ...
 
     async def load_completion(

@@ -9,6 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
+
 from rebuno.kernel.domain.records import Step
 from rebuno.kernel.store.base import StepKey
 from rebuno.kernel.store.postgres.connection import Connection
@@ -83,7 +85,17 @@ _GET_MANY = f"SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s AND s.step
 
 
 async def get_many(conn: Connection, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
-    cur = await conn.execute(_GET_MANY, (execution_id, list(step_ids)))
+    return await fetch_many(await query_many(conn, execution_id, step_ids))
+
+
+async def query_many(
+    conn: Connection, execution_id: str, step_ids: Sequence[str]
+) -> psycopg.AsyncCursor[Any]:
+    """Sends the read without waiting for its answer (in a pipeline it is only queued)."""
+    return await conn.execute(_GET_MANY, (execution_id, list(step_ids)))
+
+
+async def fetch_many(cur: psycopg.AsyncCursor[Any]) -> list[Step]:
     return [from_row(row) for row in await cur.fetchall()]
 
 

@@ -10,6 +10,7 @@ Must import only psycopg, the domain, `store.base` and this package.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from rebuno.kernel.domain.errors import NotFound
@@ -43,11 +44,18 @@ _LOAD = f"""
 
 
 async def load(
-    conn: Connection, execution_id: str, lease: Lease, key: StepKey, now: datetime
+    conn: Connection,
+    execution_id: str,
+    lease: Lease,
+    key: StepKey,
+    now: datetime,
+    completing: Sequence[str] = (),
 ) -> Submission:
     params = dispatches.lease_params(execution_id, lease, now)
     params.update(kind=key.kind.value, target=key.target, args_hash=key.args_hash)
     cur = await conn.execute(_LOAD, params)
+    # Queued behind the first read in the same pipeline: both answers come in one round trip.
+    carried = await steps.query_many(conn, execution_id, completing) if completing else None
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
@@ -59,6 +67,7 @@ async def load(
         occurrence=int(row[width + 1]),
         existing=None if step_row[0] is None else steps.from_row(step_row),
         policy_bundle=row[width + 2],
+        completing=() if carried is None else tuple(await steps.fetch_many(carried)),
     )
 
 

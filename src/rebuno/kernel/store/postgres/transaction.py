@@ -66,10 +66,17 @@ class PostgresTransaction:
         return await self._run(executions.get(self._conn, execution_id))
 
     async def load_submission(
-        self, execution_id: str, lease: Lease, key: StepKey, step_id_for: StepIdFn, now: datetime
+        self,
+        execution_id: str,
+        lease: Lease,
+        key: StepKey,
+        step_id_for: StepIdFn,
+        now: datetime,
+        completing: Sequence[str] = (),
     ) -> Submission:
         # `step_id_for` is not needed: the statement finds the step by its unique key.
-        return await self._run(submissions.load(self._conn, execution_id, lease, key, now))
+        load = submissions.load(self._conn, execution_id, lease, key, now, completing)
+        return await self._run(load)
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str

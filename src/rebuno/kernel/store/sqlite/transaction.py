@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -53,9 +54,19 @@ class SqliteTransaction:
         return self._run(executions.get, execution_id)
 
     async def load_submission(
-        self, execution_id: str, lease: Lease, key: StepKey, step_id_for: StepIdFn, now: datetime
+        self,
+        execution_id: str,
+        lease: Lease,
+        key: StepKey,
+        step_id_for: StepIdFn,
+        now: datetime,
+        completing: Sequence[str] = (),
     ) -> Submission:
-        return self._run(_load_submission, execution_id, lease, key, step_id_for, now)
+        submission = self._run(_load_submission, execution_id, lease, key, step_id_for, now)
+        if not completing:
+            return submission
+        found = self._run(steps.find_many, execution_id, completing)
+        return replace(submission, completing=tuple(found))
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str
