@@ -221,7 +221,9 @@ class _Connection(asyncio.Protocol):
 
     @property
     def usable(self) -> bool:
-        return not self.closing and self._transport is not None
+        # A transport can be closing (a failed write) before connection_lost has run.
+        transport = self._transport
+        return not self.closing and transport is not None and not transport.is_closing()
 
     @property
     def keep_alive(self) -> bool:
@@ -232,9 +234,14 @@ class _Connection(asyncio.Protocol):
         self.received = False
         if self.closing:
             raise TransportError("connection closed before the request was sent")
+        data = self._codec.encode(method, target, headers, body)
         waiter: asyncio.Future[Response] = self._loop.create_future()
         self._waiter = waiter
-        self._transport.write(self._codec.encode(method, target, headers, body))
+        try:
+            self._transport.write(data)
+        except (OSError, RuntimeError) as exc:
+            self._waiter = None
+            raise TransportError(f"could not send the request: {exc!r}") from exc
         return await waiter
 
     def close(self) -> None:
