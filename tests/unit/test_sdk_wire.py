@@ -20,7 +20,7 @@ import pytest
 import uvloop
 
 from rebuno.protocol import signing
-from rebuno.sdk._kernel import KernelClient, Lease, encode_json
+from rebuno.sdk._kernel import Completion, KernelClient, Lease, encode_json
 from rebuno.sdk._wire import PARSERS, Pool, Response, Timeout, TransportError
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError
 from tests.sdk.loopback import serving
@@ -507,9 +507,14 @@ async def test_kernel_client_signs_the_target_and_body_it_sends() -> None:
     async with scripted(decide) as server:
         kernel = KernelClient(agent_id="a", secret=SECRET, base_url=server.url, timeout=5)
         try:
-            args = encode_json({"q": "é"})
             decision = await kernel.submit_step(
-                "exec/1", LEASE, kind="tool_call", target="t", args=args, idempotency="unsafe"
+                "exec/1",
+                LEASE,
+                kind="tool_call",
+                target="t",
+                args=encode_json({"q": "é"}),
+                idempotency="unsafe",
+                completions=[Completion("s0", encode_json([1, "two"]))],
             )
         finally:
             await kernel.aclose()
@@ -523,6 +528,7 @@ async def test_kernel_client_signs_the_target_and_body_it_sends() -> None:
         "target": "t",
         "args": {"q": "é"},
         "idempotency": "unsafe",
+        "completions": [{"step_id": "s0", "result": [1, "two"]}],
     }
 
 
@@ -549,7 +555,7 @@ async def test_kernel_client_turns_a_timeout_into_a_network_error() -> None:
         kernel = KernelClient(agent_id="a", secret=SECRET, base_url=server.url, timeout=0.2)
         try:
             with pytest.raises(NetworkError) as raised:
-                await kernel.complete_step("e1", "s1", LEASE, {"ok": True})
+                await kernel.complete_step("e1", "s1", LEASE, encode_json({"ok": True}))
         finally:
             await kernel.aclose()
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, assert_never
 from pydantic import BaseModel
 
 from rebuno.protocol.enums import Decision, StepKind
-from rebuno.sdk._kernel import KernelClient, Lease, encode_json
+from rebuno.sdk._kernel import Completion, KernelClient, Lease, encode_json
 from rebuno.sdk.errors import (
     APIError,
     Blocked,
@@ -82,7 +82,7 @@ class ExecutionContext:
         """A kernel call failed without an answer (network, 5xx): the outcome of this run
         cannot be trusted to be recorded, so it ends quietly and the lease redelivers it."""
         self._carry = carry_completions
-        self._carried: list[dict[str, Any]] = []
+        self._carried: list[Completion] = []
         self._carry_flush: asyncio.TimerHandle | None = None
         self._carried_at = 0.0
 
@@ -130,7 +130,8 @@ class ExecutionContext:
 
     async def record_llm(self, step_id: str, result: Any) -> None:
         """Record the provider's answer `{status, headers, body}` as the step's result."""
-        await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, result))
+        record = encode_json(result)
+        await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, record))
 
     async def fail_llm(self, step_id: str, message: str) -> None:
         """Record that the provider call failed before any answer came back."""
@@ -160,7 +161,7 @@ class ExecutionContext:
         )
         return await self._guard(send)
 
-    def take_completions(self) -> list[dict[str, Any]]:
+    def take_completions(self) -> list[Completion]:
         """The completions waiting to be carried by the next kernel call, now handed over."""
         carried, self._carried = self._carried, []
         return carried
@@ -171,24 +172,24 @@ class ExecutionContext:
         for carried in self.take_completions():
             try:
                 send = self._kernel.complete_step(
-                    self.id, carried["step_id"], self._lease, carried["result"]
+                    self.id, carried.step_id, self._lease, carried.result
                 )
                 await self._guard(send)
             except RebunoError as exc:
                 logger.warning(
                     "could not record step_id=%s execution_id=%s: %s",
-                    carried["step_id"],
+                    carried.step_id,
                     self.id,
                     exc,
                 )
                 return
 
-    async def _record(self, step_id: str, result: Any, idempotency: str) -> None:
+    async def _record(self, step_id: str, result: bytes, idempotency: str) -> None:
         if self._carry and idempotency == "safe_to_retry":
             loop = self._loop or asyncio.get_running_loop()
             if not self._carried:
                 self._carried_at = loop.time()
-            self._carried.append({"step_id": step_id, "result": result})
+            self._carried.append(Completion(step_id, result))
             if self._carry_flush is None:
                 self._carry_flush = loop.call_later(CARRY_DELAY_SECONDS, self._flush_later)
             return
@@ -253,7 +254,7 @@ class ExecutionContext:
     ) -> Any:
         try:
             result = await _call(run)
-            recorded = jsonable(result)
+            recorded = _recorded(result)
         except (Blocked, Terminated, LeaseSuperseded):
             # A nested call unwinding the dispatch is no failure of this step: it stays open
             # and the next attempt decides it by its idempotency.
@@ -343,6 +344,14 @@ def jsonable(value: Any) -> Any:
         value = value.model_dump(mode="json")
     encode_json(value)
     return value
+
+
+def _recorded(value: Any) -> bytes:
+    """`value` encoded as it will be recorded (see `jsonable`); the encoding is kept, so a
+    result is encoded once."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return encode_json(value)
 
 
 def _decision(decision: StepDecision) -> Decision:

@@ -43,6 +43,14 @@ class Lease:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A step's result waiting to travel with a later kernel call, already encoded as JSON."""
+
+    step_id: str
+    result: bytes
+
+
 def encode_json(value: Any) -> bytes:
     """Encode a JSON body, refusing anything that is not plain JSON with a `TypeError`."""
     try:
@@ -79,22 +87,22 @@ class KernelClient:
         target: str,
         args: bytes,
         idempotency: str,
-        completions: list[dict[str, Any]] | None = None,
+        completions: list[Completion] | None = None,
     ) -> StepDecision:
         """Submit a step whose `args` are already encoded with `encode_json`."""
-        fields: dict[str, Any] = {"kind": kind, "target": target, "idempotency": idempotency}
-        if completions:
-            fields["completions"] = completions
+        fields = {"kind": kind, "target": target, "idempotency": idempotency}
+        body = _body(fields, args=args, completions=_encoded(completions))
         path = f"/v0/executions/{_segment(execution_id)}/steps"
-        response = await self._send("POST", path, _with_args(fields, args), lease)
+        response = await self._send("POST", path, body, lease)
         # Validation costs about what json.loads alone does here, so the model stays checked.
         return StepDecision.model_validate_json(response.body)
 
     async def complete_step(
-        self, execution_id: str, step_id: str, lease: Lease, result: Any
+        self, execution_id: str, step_id: str, lease: Lease, result: bytes
     ) -> None:
+        """Record a step's result, already encoded with `encode_json`."""
         path = _step_path(execution_id, step_id, "complete")
-        await self._send("POST", path, encode_json({"result": result}), lease)
+        await self._send("POST", path, _body({}, result=result), lease)
 
     async def fail_step(self, execution_id: str, step_id: str, lease: Lease, error: Any) -> None:
         path = _step_path(execution_id, step_id, "fail")
@@ -115,26 +123,22 @@ class KernelClient:
         execution_id: str,
         lease: Lease,
         output: Any,
-        completions: list[dict[str, Any]] | None = None,
+        completions: list[Completion] | None = None,
     ) -> None:
-        body: dict[str, Any] = {"output": output}
-        if completions:
-            body["completions"] = completions
+        body = _body({"output": output}, completions=_encoded(completions))
         path = f"/v0/executions/{_segment(execution_id)}/complete"
-        await self._send("POST", path, encode_json(body), lease)
+        await self._send("POST", path, body, lease)
 
     async def fail_execution(
         self,
         execution_id: str,
         lease: Lease,
         error: str,
-        completions: list[dict[str, Any]] | None = None,
+        completions: list[Completion] | None = None,
     ) -> None:
-        body: dict[str, Any] = {"error": error}
-        if completions:
-            body["completions"] = completions
+        body = _body({"error": error}, completions=_encoded(completions))
         path = f"/v0/executions/{_segment(execution_id)}/fail"
-        await self._send("POST", path, encode_json(body), lease)
+        await self._send("POST", path, body, lease)
 
     async def _send(
         self, method: str, path: str, content: bytes = b"", lease: Lease | None = None
@@ -180,10 +184,22 @@ class KernelClient:
         return self._pool
 
 
-def _with_args(fields: dict[str, Any], args: bytes) -> bytes:
-    """`fields` as a JSON object plus the member `args`, whose value is already encoded: the
-    arguments were encoded once to check them and are not encoded again."""
-    return encode_json(fields)[:-1] + b', "args": ' + args + b"}"
+def _body(fields: dict[str, Any], **encoded: bytes | None) -> bytes:
+    """`fields` as a JSON object plus the members of `encoded`, whose values are JSON already:
+    arguments and results are encoded once, to check them, and never again. A None is left out."""
+    members = [encode_json(fields)[1:-1]] if fields else []
+    members.extend(b'"%s": %s' % (name.encode(), value) for name, value in encoded.items() if value)
+    return b"{" + b", ".join(members) + b"}"
+
+
+def _encoded(completions: list[Completion] | None) -> bytes | None:
+    if not completions:
+        return None
+    items = (
+        b'{"step_id": %s, "result": %s}' % (encode_json(each.step_id), each.result)
+        for each in completions
+    )
+    return b"[" + b", ".join(items) + b"]"
 
 
 def _trust() -> ssl.SSLContext:
