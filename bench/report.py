@@ -44,6 +44,7 @@ LABELS = {
     "D.cpu_postgres_per_step": "D PostgreSQL CPU per step",
     "D.cpu_agent_per_step": "D agent CPU per step",
     "D.cpu_client_per_step": "D client CPU per step",
+    "D.cpu_sampler_per_step": "D harness sampler CPU per step",
     "E.replay_per_step_spread": "E replay per step, spread over sizes",
     "E.replay_rest_per_step_spread": "E replay per step after the first, spread",
     "F.dispatch_median": "F dispatch latency, median",

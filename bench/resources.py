@@ -47,10 +47,12 @@ def pss_kb(pid: int) -> int:
     return 0
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time `pid` has used so far; 0 once it is gone."""
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User plus system CPU time `pid` (or one of its threads) has used so far; 0 once it is
+    gone."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(path).read_text()
     except OSError:
         return 0.0
     fields = stat[stat.rindex(")") + 2 :].split()
@@ -89,18 +91,26 @@ class Peaks:
 
 
 class Sampler:
-    """Samples every group of processes every `interval` seconds on a thread until stopped.
+    """Samples every group of processes every `interval` seconds on a thread until stopped;
+    PSS only every `pss_every`-th time, since the kernel walks every mapping to compute it
+    (milliseconds per PostgreSQL backend).
 
     `groups` maps a name to a callable giving the pids to sum (called on every sample, so a
-    PostgreSQL backend that appears later is counted)."""
+    PostgreSQL backend that appears later is counted). `cpu_seconds` is what the sampling
+    thread itself used, so it can be kept apart from the process it runs in."""
 
     def __init__(
-        self, groups: Mapping[str, Callable[[], list[int]]], interval: float = 0.1
+        self,
+        groups: Mapping[str, Callable[[], list[int]]],
+        interval: float = 0.1,
+        pss_every: int = 10,
     ) -> None:
         self._groups = groups
         self._interval = interval
+        self._pss_every = pss_every
         self._stop = threading.Event()
         self.peaks = Peaks({name: 0 for name in groups}, {name: 0 for name in groups})
+        self.cpu_seconds = 0.0
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
 
     def __enter__(self) -> Sampler:
@@ -112,18 +122,22 @@ class Sampler:
         self._thread.join(5)
 
     def _run(self) -> None:
+        thread = threading.get_native_id()
         while True:
             self._sample()
+            self.cpu_seconds = cpu_seconds(os.getpid(), thread)
             if self._stop.wait(self._interval):
                 return
 
     def _sample(self) -> None:
+        with_pss = self.peaks.samples % self._pss_every == 0
         for name, pids_of in self._groups.items():
             pids = pids_of()
             rss = sum(rss_kb(pid) for pid in pids)
-            pss = sum(pss_kb(pid) for pid in pids)
             self.peaks.rss_kb[name] = max(self.peaks.rss_kb[name], rss)
-            self.peaks.pss_kb[name] = max(self.peaks.pss_kb[name], pss)
+            if with_pss:
+                pss = sum(pss_kb(pid) for pid in pids)
+                self.peaks.pss_kb[name] = max(self.peaks.pss_kb[name], pss)
         self.peaks.samples += 1
 
 

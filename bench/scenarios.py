@@ -132,6 +132,9 @@ def _throughput_rep(current: Rig, ctx: Context) -> dict[str, float]:
             )
         )
     meter.stop()
+    # The sampler runs in the client's process; its own CPU is reported apart.
+    meter.used["client"] -= sampler.cpu_seconds
+    meter.used["sampler"] = sampler.cpu_seconds
     steps = sizes.b_executions * sizes.b_steps
     figures = {
         "executions_per_s": len(runs) / wall,
@@ -143,7 +146,8 @@ def _throughput_rep(current: Rig, ctx: Context) -> dict[str, float]:
     }
     for name in groups:
         figures[f"{name}_peak_rss_mib"] = sampler.peaks.rss_kb[name] / MIB
-        figures[f"cpu_{name}_per_step"] = meter.used[name] * MS / steps
+    for name, used in meter.used.items():
+        figures[f"cpu_{name}_per_step"] = used * MS / steps
     if current.database:
         figures["postgres_peak_pss_mib"] = sampler.peaks.pss_kb["postgres"] / MIB
     return figures
