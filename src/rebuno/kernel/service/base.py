@@ -65,6 +65,8 @@ class ServiceBase:
         """Agent secrets by id, with the monotonic time each entry expires."""
         self.appended: dict[str, asyncio.Event] = {}
         """Readers waiting for new events of an execution, woken after each commit."""
+        self.ends: dict[str, asyncio.Event] = {}
+        """Readers waiting for an execution to end, woken when a use case may have ended it."""
 
     @asynccontextmanager
     async def transaction(self, execution_id: str | None = None) -> AsyncIterator[Transaction]:
@@ -78,6 +80,14 @@ class ServiceBase:
     def on_append(self, execution_id: str) -> asyncio.Event:
         """An event set after the next commit of a transaction on this execution."""
         return self.appended.setdefault(execution_id, asyncio.Event())
+
+    def on_end(self, execution_id: str) -> asyncio.Event:
+        """An event set after a transaction that may have ended this execution committed."""
+        return self.ends.setdefault(execution_id, asyncio.Event())
+
+    def ended(self, execution_id: str) -> None:
+        if waiting := self.ends.pop(execution_id, None):
+            waiting.set()
 
     def new_dispatch(self, execution_id: str, now: datetime, delay: float = 0.0) -> Dispatch:
         return Dispatch(

@@ -91,13 +91,14 @@ class DispatchUseCases(ServiceBase):
             execution = replace(execution, last_event_seq=batch.last_seq)
             if not await _still_owns(tx, dispatch):
                 return
-            if dispatch.attempt >= dispatch.max_attempts:
-                await _exhausted(tx, execution, now)
+            if dispatch.attempt < dispatch.max_attempts:
+                retry_at = now + backoff(
+                    dispatch.attempt, self.settings.backoff_base, self.settings.backoff_max
+                )
+                await tx.update_dispatch(_requeued(dispatch, retry_at, now))
                 return
-            retry_at = now + backoff(
-                dispatch.attempt, self.settings.backoff_base, self.settings.backoff_max
-            )
-            await tx.update_dispatch(_requeued(dispatch, retry_at, now))
+            await _exhausted(tx, execution, now)
+        self.ended(dispatch.execution_id)
 
     async def _discard(self, dispatch: Dispatch) -> None:
         async with self.transaction(dispatch.execution_id) as tx:
@@ -127,6 +128,7 @@ class DispatchUseCases(ServiceBase):
             execution = await tx.get_execution(dispatch.execution_id)
             if not execution.status.is_terminal:
                 await _exhausted(tx, execution, self.clock())
+        self.ended(dispatch.execution_id)
 
 
 async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:

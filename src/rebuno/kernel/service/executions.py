@@ -69,13 +69,14 @@ class ExecutionUseCases(ServiceBase):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
-            appended = self.on_append(execution_id) if wait > 0 else None
+            # Woken only by the use cases that can end an execution, not by every step.
+            ends = self.on_end(execution_id) if wait > 0 else None
             execution = await self.store.get_execution(execution_id)
             check_owner(execution, agent_id)
             remaining = deadline - loop.time()
-            if appended is None or execution.status.is_terminal or remaining <= 0:
+            if ends is None or execution.status.is_terminal or remaining <= 0:
                 return execution
-            await _until(appended, min(remaining, REPLICA_POLL_SECONDS))
+            await _until(ends, min(remaining, REPLICA_POLL_SECONDS))
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self.store.list_executions(flt)
@@ -134,6 +135,7 @@ class ExecutionUseCases(ServiceBase):
                 batch.step(EventType.STEP_CANCELLED, done, error=steps.CANCELLED_ERROR)
             await tx.retire_dispatches(execution_id, batch.now)
             await flush(tx, cancelled, batch)
+        self.ended(execution_id)
 
     async def heartbeat(self, execution_id: str, agent_id: str, lease: Lease) -> None:
         async with self.transaction(execution_id) as tx:
@@ -189,6 +191,7 @@ class ExecutionUseCases(ServiceBase):
             if not await tx.renew_lease(execution_id, lease, now):
                 raise superseded(execution_id, lease)
             await finish_execution(tx, execution, status, output, reason, now, outcomes)
+        self.ended(execution_id)
 
 
 async def finish_execution(
