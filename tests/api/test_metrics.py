@@ -75,6 +75,7 @@ async def test_metrics_is_prometheus_text_without_auth(anon: httpx.AsyncClient) 
         "rebuno_approval_wait_seconds",
         "rebuno_policy_evaluation_seconds",
         "rebuno_dispatch_queue_lag_seconds",
+        "rebuno_dispatch_queue_depth",
     } <= names
 
 
@@ -175,12 +176,14 @@ async def test_approval_wait_is_observed_when_the_approval_is_granted(
     assert after.value(bucket, **le) == before.value(bucket, **le)
 
 
-async def test_queue_lag_shows_how_overdue_the_oldest_dispatch_is(
+async def test_queue_depth_and_lag_show_the_unclaimed_backlog(
     http: httpx.AsyncClient, kernel: Kernel, clock: ManualClock
 ) -> None:
+    await kernel.create_execution(AGENT, "{}", None)
     await kernel.create_execution(AGENT, "{}", None)
 
     clock.advance(timedelta(seconds=45))
 
-    lag = (await scrape(http)).value("rebuno_dispatch_queue_lag_seconds")
-    assert lag == pytest.approx(45)
+    scraped = await scrape(http)
+    assert scraped.value("rebuno_dispatch_queue_lag_seconds") == pytest.approx(45)
+    assert scraped.value("rebuno_dispatch_queue_depth") == 2

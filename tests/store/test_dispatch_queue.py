@@ -90,14 +90,14 @@ async def test_two_concurrent_claimers_never_get_the_same_dispatch(store: Store)
     assert set(ids) == queued
 
 
-async def test_next_dispatch_due_is_the_earliest_claimable_row(store: Store) -> None:
+async def test_dispatch_queue_counts_due_rows_and_finds_the_earliest(store: Store) -> None:
     created = await seed_execution(store)
-    assert await store.next_dispatch_due() is None
+    assert await store.dispatch_queue(NOW) == (0, None)
     await seed_dispatch(store, created.id, next_attempt_at=NOW + timedelta(seconds=30))
     await seed_dispatch(store, created.id, status=DispatchStatus.FAILED, next_attempt_at=NOW)
     await seed_dispatch(store, created.id, status=DispatchStatus.EXHAUSTED, next_attempt_at=START)
 
-    assert await store.next_dispatch_due() == NOW
+    assert await store.dispatch_queue(NOW) == (1, NOW)
 
 
 async def test_reclaim_returns_expired_leases_to_pending_keeping_the_attempt(

@@ -200,6 +200,7 @@ _HISTOGRAMS = (APPROVAL_WAIT, POLICY_EVALUATION, HTTP_DURATION)
 class _Gauges:
     deliveries_in_flight = 0
     queue_lag_seconds = 0.0
+    queue_depth = 0
 
 
 # -- hooks the services call, one line each ------------------------------------------------
@@ -268,19 +269,20 @@ def approval_resolved(status: ApprovalStatus, requested_at: datetime, now: datet
 # -- scrape time -----------------------------------------------------------------------------
 
 
-async def refresh_queue_lag(
-    next_due: Callable[[], Awaitable[datetime | None]], now: datetime
+async def refresh_queue(
+    read_queue: Callable[[datetime], Awaitable[tuple[int, datetime | None]]], now: datetime
 ) -> None:
-    """How late the most overdue queued dispatch is (0 when nothing is due): a backlog the
-    dispatch loops cannot keep up with shows as a growing lag. A database that cannot answer
-    leaves the last value, so the scrape itself still succeeds."""
+    """How many dispatches are due, and how late the most overdue one is (0 when nothing is
+    due): a backlog the dispatch loops cannot keep up with shows as a growing depth and lag.
+    A database that cannot answer leaves the last values, so the scrape itself succeeds."""
     try:
-        due_at = await next_due()
+        depth, due_at = await read_queue(now)
     except Exception as exc:
         log.warning("metrics: cannot read the dispatch queue: %s", exc)
         return
     lag = (now - due_at).total_seconds() if due_at is not None else 0.0
     _Gauges.queue_lag_seconds = max(lag, 0.0)
+    _Gauges.queue_depth = depth
 
 
 class _Collector(Collector):
@@ -291,6 +293,11 @@ class _Collector(Collector):
             "rebuno_dispatch_deliveries_in_flight",
             "Webhook deliveries this replica is running now.",
             value=_Gauges.deliveries_in_flight,
+        )
+        yield GaugeMetricFamily(
+            "rebuno_dispatch_queue_depth",
+            "Dispatches due for delivery and not yet claimed.",
+            value=_Gauges.queue_depth,
         )
         yield GaugeMetricFamily(
             "rebuno_dispatch_queue_lag_seconds",

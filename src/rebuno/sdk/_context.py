@@ -196,8 +196,8 @@ class ExecutionContext:
         await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, result))
 
     def _flush_later(self) -> None:
-        # Taking the completions leaves this timer running (a timer per step would cost more
-        # than the step's own bookkeeping), so it re-arms for whatever waits now.
+        # Taking the completions leaves this timer running, which spares setting and cancelling
+        # one per step; when it fires it re-arms for the oldest completion still waiting.
         self._carry_flush = None
         if not self._carried:
             return
@@ -355,7 +355,7 @@ def _recorded(value: Any) -> bytes:
 
 
 def _decision(decision: StepDecision) -> Decision:
-    # A dict lookup: calling the enum costs more than the rest of reading the decision.
+    # A dict lookup is several times cheaper than calling the enum, on every step.
     known = _DECISIONS.get(decision.decision)
     if known is None:
         raise RebunoError(f"unknown step decision {decision.decision!r}")

@@ -277,8 +277,9 @@ class Store(Protocol):
         """Claims up to `limit` due dispatches: `in_flight`, `attempt + 1`, counters reset."""
         ...
 
-    async def next_dispatch_due(self) -> datetime | None:
-        """When the earliest pending or failed dispatch becomes due, if any."""
+    async def dispatch_queue(self, now: datetime) -> tuple[int, datetime | None]:
+        """The queue's depth (pending or failed dispatches due at `now`) and when the earliest
+        of all pending or failed dispatches became or becomes due, if any."""
         ...
 
     async def watch_dispatches(self, wake: Callable[[], None]) -> None:

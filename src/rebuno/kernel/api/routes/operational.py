@@ -41,7 +41,8 @@ class OperationalRoutes:
         return json_response({"status": "unavailable"}, 503)
 
     async def metrics(self, request: Request) -> Response:
-        """The Prometheus text; the queue lag is read from the store at scrape time."""
+        """The Prometheus text; the queue's depth and lag are read from the store at scrape
+        time."""
         await self._gate.anyone(request)
-        await metrics.refresh_queue_lag(self._kernel.store.next_dispatch_due, self._kernel.clock())
+        await metrics.refresh_queue(self._kernel.store.dispatch_queue, self._kernel.clock())
         return Response(metrics.render(), media_type=PROMETHEUS_MEDIA_TYPE)

@@ -78,7 +78,10 @@ _CLAIM = f"""
     FROM d JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
     ORDER BY d.next_attempt_at, d.id
 """
-_NEXT_DUE = "SELECT min(next_attempt_at) FROM dispatches WHERE status IN ('pending', 'failed')"
+_QUEUE = """
+    SELECT count(*) FILTER (WHERE next_attempt_at <= %s), min(next_attempt_at) FROM dispatches
+    WHERE status IN ('pending', 'failed')
+"""
 # Effective lease (§12.3): the agent's own when set and at least 10 s, else the default.
 _RECLAIM = f"""
     UPDATE dispatches d SET status = 'pending', next_attempt_at = %(now)s, locked_by = NULL,
@@ -193,10 +196,10 @@ async def claim(
     ]
 
 
-async def next_due(conn: Connection) -> datetime | None:
-    cur = await conn.execute(_NEXT_DUE)
+async def queue(conn: Connection, now: datetime) -> tuple[int, datetime | None]:
+    cur = await conn.execute(_QUEUE, (now,))
     row = await cur.fetchone()
-    return None if row is None else row[0]
+    return (0, None) if row is None else (int(row[0]), row[1])
 
 
 async def reclaim_page(conn: Connection, now: datetime, default_lease: timedelta) -> int:

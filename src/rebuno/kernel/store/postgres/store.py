@@ -218,8 +218,8 @@ class PostgresStore:
     ) -> list[ClaimedDispatch]:
         return await self._read(dispatches.claim, replica_id, limit, now)
 
-    async def next_dispatch_due(self) -> datetime | None:
-        return await self._read(dispatches.next_due)
+    async def dispatch_queue(self, now: datetime) -> tuple[int, datetime | None]:
+        return await self._read(dispatches.queue, now)
 
     async def watch_dispatches(self, wake: Callable[[], None]) -> None:
         await DispatchListener(self._server, wake).run()

@@ -184,11 +184,13 @@ def _claimed(conn: sqlite3.Connection, ids: str) -> list[ClaimedDispatch]:
     ]
 
 
-def next_due(conn: sqlite3.Connection) -> datetime | None:
+def queue(conn: sqlite3.Connection, now: datetime) -> tuple[int, datetime | None]:
     row = conn.execute(
-        "SELECT min(next_attempt_at) FROM dispatches WHERE status IN ('pending', 'failed')"
+        """SELECT coalesce(sum(next_attempt_at <= ?), 0), min(next_attempt_at) FROM dispatches
+        WHERE status IN ('pending', 'failed')""",
+        (to_micros(now),),
     ).fetchone()
-    return from_micros_or_none(row[0])
+    return int(row[0]), from_micros_or_none(row[1])
 
 
 def reclaim_page(conn: sqlite3.Connection, now: datetime, default_lease: timedelta) -> int:

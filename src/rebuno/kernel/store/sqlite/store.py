@@ -259,8 +259,8 @@ class SqliteStore:
             with driver_errors(self._path):
                 return dispatches.claim(conn, replica_id, limit, now)
 
-    async def next_dispatch_due(self) -> datetime | None:
-        return self._read(dispatches.next_due)
+    async def dispatch_queue(self, now: datetime) -> tuple[int, datetime | None]:
+        return self._read(dispatches.queue, now)
 
     async def watch_dispatches(self, wake: Callable[[], None]) -> None:
         # Every enqueuer lives in this process and wakes its own loop.
