@@ -20,6 +20,14 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+# Short leases and quick retries, so a crash is recovered from in about a second; enough
+# attempts that a restarted agent on a loaded machine is up before the retries run out.
+FAST_RECOVERY = {
+    "REBUNO_DISPATCH_LEASE_TIMEOUT": "1s",
+    "REBUNO_DISPATCH_BACKOFF_BASE": "100ms",
+    "REBUNO_DISPATCH_BACKOFF_MAX": "500ms",
+    "REBUNO_DISPATCH_MAX_ATTEMPTS": "40",
+}
 COMPAT_ROOT = Path(os.environ.get("REBUNO_COMPAT_DIR", ROOT / ".cache" / "compat"))
 
 

@@ -8,13 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import ROOT, Kernel, Process, free_port, official_sdk_python, poll
+from tests.e2e.processes import (
+    FAST_RECOVERY,
+    ROOT,
+    Kernel,
+    Process,
+    free_port,
+    official_sdk_python,
+    poll,
+)
 from tests.e2e.test_official_sdk import manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 AGENT_SCRIPT = ROOT / "tests" / "e2e" / "official_agent.py"
-FAST = {"REBUNO_DISPATCH_LEASE_TIMEOUT": "1s", "REBUNO_DISPATCH_BACKOFF_BASE": "100ms"}
+
 
 
 def test_killed_kernel_restarts_and_finishes_the_execution(tmp_path: Path) -> None:
@@ -23,7 +31,7 @@ def test_killed_kernel_restarts_and_finishes_the_execution(tmp_path: Path) -> No
     side, gate = tmp_path / "side.txt", tmp_path / "go"
     side.touch()
     db, config = tmp_path / "kernel.db", manifest(tmp_path, agent_port)
-    kernel = Kernel(db, config, tmp_path / "kernel-1.log", env=FAST)
+    kernel = Kernel(db, config, tmp_path / "kernel-1.log", env=FAST_RECOVERY)
     env = {"SIDE_FILE": str(side), "WAIT_IN_SECOND": str(gate)}
     agent = Process(
         [str(python), str(AGENT_SCRIPT), kernel.url, str(agent_port)], tmp_path / "agent.log", env
@@ -36,7 +44,7 @@ def test_killed_kernel_restarts_and_finishes_the_execution(tmp_path: Path) -> No
 
         kernel.kill()
         gate.touch()
-        kernel = Kernel(db, config, tmp_path / "kernel-2.log", env=FAST, port=kernel.port)
+        kernel = Kernel(db, config, tmp_path / "kernel-2.log", env=FAST_RECOVERY, port=kernel.port)
         done = kernel.wait_for_status(execution_id, {"completed", "failed"}, 60)
         events = kernel.get(f"/v0/executions/{execution_id}/events?limit=1000")
     finally:

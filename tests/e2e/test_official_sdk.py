@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import ROOT, Kernel, Process, free_port, official_sdk_python, poll
+from tests.e2e.processes import (
+    FAST_RECOVERY,
+    ROOT,
+    Kernel,
+    Process,
+    free_port,
+    official_sdk_python,
+    poll,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -37,7 +45,7 @@ def test_official_sdk_runs_through_redispatch_and_replay(tmp_path: Path, version
         tmp_path / "kernel.db",
         manifest(tmp_path, agent_port),
         tmp_path / "kernel.log",
-        env={"REBUNO_DISPATCH_LEASE_TIMEOUT": "1s", "REBUNO_DISPATCH_BACKOFF_BASE": "100ms"},
+        env=FAST_RECOVERY,
     )
     args = [str(python), str(AGENT_SCRIPT), kernel.url, str(agent_port)]
     agent = Process(args, tmp_path / "agent-1.log", env)

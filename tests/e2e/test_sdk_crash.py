@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.e2e.processes import ROOT, Kernel, Process, free_port, poll
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, free_port, poll
 from tests.sdk.provider import FakeProvider
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 AGENT_SCRIPT = ROOT / "tests" / "sdk" / "e2e_agent.py"
 SECRET = "e2e-secret"
-FAST = {"REBUNO_DISPATCH_LEASE_TIMEOUT": "1s", "REBUNO_DISPATCH_BACKOFF_BASE": "100ms"}
+
 
 
 class Setup:
@@ -35,7 +35,7 @@ class Setup:
             f"    webhook_url: http://127.0.0.1:{self.port}/webhook\n"
             f"    secret: {SECRET}\n"
         )
-        self.kernel = Kernel(tmp_path / "kernel.db", manifest, tmp_path / "kernel.log", FAST)
+        self.kernel = Kernel(tmp_path / "kernel.db", manifest, tmp_path / "kernel.log", FAST_RECOVERY)
         self.env = {
             "REBUNO_URL": self.kernel.url,
             "REBUNO_AGENT_SECRET": SECRET,
