@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 AGENT_SCRIPT = ROOT / "tests" / "e2e" / "official_agent.py"
 
 
-
 def test_killed_kernel_restarts_and_finishes_the_execution(tmp_path: Path) -> None:
     python = official_sdk_python("0.16.0")
     agent_port = free_port()

@@ -22,7 +22,6 @@ AGENT_SCRIPT = ROOT / "tests" / "sdk" / "e2e_agent.py"
 SECRET = "e2e-secret"
 
 
-
 class Setup:
     def __init__(self, tmp_path: Path, agent_id: str, extra_env: dict[str, str]) -> None:
         self.tmp_path, self.agent_id = tmp_path, agent_id
@@ -35,7 +34,9 @@ class Setup:
             f"    webhook_url: http://127.0.0.1:{self.port}/webhook\n"
             f"    secret: {SECRET}\n"
         )
-        self.kernel = Kernel(tmp_path / "kernel.db", manifest, tmp_path / "kernel.log", FAST_RECOVERY)
+        self.kernel = Kernel(
+            tmp_path / "kernel.db", manifest, tmp_path / "kernel.log", FAST_RECOVERY
+        )
         self.env = {
             "REBUNO_URL": self.kernel.url,
             "REBUNO_AGENT_SECRET": SECRET,
