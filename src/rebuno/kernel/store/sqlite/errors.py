@@ -9,20 +9,30 @@ Must import only the standard library and `rebuno.kernel.domain`.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, KernelError, Unavailable
 
 
-@contextmanager
-def refusals(subject: str) -> Iterator[None]:
+class refusals:
     """Turns an integrity violation raised while writing `subject` (for example
-    `"execution 0190…"`) into the domain error it stands for."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        raise _refusal(exc, subject) from exc
+    `"execution 0190…"`) into the domain error it stands for.
+
+    A plain class rather than a generator context manager: it wraps every write of every
+    step, where a generator's setup costs more than the statement it guards."""
+
+    __slots__ = ("_subject",)
+
+    def __init__(self, subject: str) -> None:
+        self._subject = subject
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, sqlite3.IntegrityError):
+            raise _refusal(exc, self._subject) from exc
 
 
 def _refusal(exc: sqlite3.IntegrityError, subject: str) -> KernelError:
@@ -38,14 +48,27 @@ def _refusal(exc: sqlite3.IntegrityError, subject: str) -> KernelError:
     return KernelError(f"{subject} violates a database constraint: {text}")
 
 
-@contextmanager
-def driver_errors(path: str) -> Iterator[None]:
+class driver_errors:
     """The catch-all around every store call: no sqlite3 exception escapes."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        raise KernelError(f"SQLite database {path}: constraint violated: {exc}") from exc
-    except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-        raise Unavailable(f"SQLite database {path} is unavailable: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise KernelError(f"SQLite database {path}: {exc}") from exc
+
+    __slots__ = ("_path",)
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, sqlite3.Error):
+            raise _driver_error(exc, self._path) from exc
+
+
+def _driver_error(exc: sqlite3.Error, path: str) -> KernelError:
+    if isinstance(exc, sqlite3.IntegrityError):
+        return KernelError(f"SQLite database {path}: constraint violated: {exc}")
+    if isinstance(exc, sqlite3.DatabaseError):
+        return Unavailable(f"SQLite database {path} is unavailable: {exc}")
+    return KernelError(f"SQLite database {path}: {exc}")
