@@ -129,7 +129,8 @@ def test_no_secret_or_bearer_token_reaches_the_log_of_a_server(tmp_path: Path) -
             agent.stop()
         kernel.stop()
     log = kernel.output()
-    assert len(json_lines(log)) > 10
+    # Not an empty log: the delivery of the run above is there, at debug level.
+    assert any(line["message"].startswith("delivered:") for line in json_lines(log)), log
     for secret in (TOKEN, SECRET, OTHER_SECRET):
         assert secret not in log
     assert "Bearer" not in log

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
@@ -23,6 +22,7 @@ from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.signing import verify_body
 from tests.kernel.conftest import AGENT, settings
+from tests.sdk.loopback import serving
 from tests.support import wait_until
 
 SECRET = "s3cret"
@@ -45,6 +45,9 @@ class WebhookAgent:
         receive: Callable[[], Awaitable[dict[str, Any]]],
         send: Callable[[dict[str, Any]], Awaitable[None]],
     ) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
         body = b""
         while True:
             message = await receive()
@@ -76,16 +79,26 @@ async def live_kernel(store: Store, agent: WebhookAgent) -> AsyncIterator[Kernel
         settings(dispatch_lease_timeout=timedelta(milliseconds=300), dispatch_concurrency=2),
         bus=MemoryBus(),
     )
-    await kernel.register_agent(AGENT, "http://agent.test/webhook", SECRET, None, None)
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=agent))
-    loop = DispatchLoop(kernel, HttpDeliverer(client))
-    kernel.wake = loop.wake
-    task = asyncio.create_task(loop.run())
-    yield kernel
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await client.aclose()
+    async with serving(agent) as url:
+        await kernel.register_agent(AGENT, f"{url}/webhook", SECRET, None, None)
+        deliverer = HttpDeliverer(timeout_seconds=5)
+        loop = DispatchLoop(kernel, deliverer)
+        kernel.wake = loop.wake
+        task = asyncio.create_task(loop.run())
+        yield kernel
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await deliverer.close()
+
+
+async def _lifespan(
+    receive: Callable[[], Awaitable[dict[str, Any]]],
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+) -> None:
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
 
 
 async def event_types(kernel: Kernel, execution_id: str) -> list[str]:

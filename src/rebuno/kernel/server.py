@@ -127,7 +127,7 @@ async def serve(
     sock = bind(settings.listen_addr)
     store = open_store(settings)
     await store.open()
-    deliverer = HttpDeliverer()
+    deliverer = HttpDeliverer(settings.dispatch_timeout.total_seconds())
     bus = open_bus(settings)
     try:
         kernel = Kernel(store, settings, bus=bus)

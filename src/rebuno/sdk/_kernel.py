@@ -1,10 +1,10 @@
 """The agent's signed client for the kernel's agent routes (PROTOCOL §2.3, §5.2, §12, §16.1).
 
 Every request is signed with the `v1=` request scheme; every write carries the lease
-(`Rebuno-Dispatch-Id`, `Rebuno-Dispatch-Attempt`) the webhook was delivered under. The calls go
-through the lean keep-alive pool of `_wire`, since they are most of a durable step's cost on the
-agent's side. Imports only `rebuno.protocol`, the SDK's own modules and models (httpx only for its
-TLS trust settings); never the kernel.
+(`Rebuno-Dispatch-Id`, `Rebuno-Dispatch-Attempt`) the webhook was delivered under. The calls
+go through the lean keep-alive pool of `rebuno.wire`, since they are most of a durable step's
+cost on the agent's side. Imports only `rebuno.protocol`, `rebuno.wire`, the SDK's own modules
+and models (httpx only for its TLS trust settings); never the kernel.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from urllib.parse import quote
 import httpx
 
 from rebuno.protocol import signing
-from rebuno.sdk._wire import Pool, Response, TransportError
 from rebuno.sdk.errors import NetworkError, error_from_envelope
 from rebuno.types import Execution, StepDecision
+from rebuno.wire import Pool, Response, TransportError
 
 _JSON = ("Content-Type", "application/json")
 # One encoder for every body: json.dumps with options builds a fresh one per call.

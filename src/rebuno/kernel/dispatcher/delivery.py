@@ -1,50 +1,66 @@
 """The signed webhook POST (§6): body-scheme signature, per-attempt timeout, any 2xx is ok.
 
+Deliveries go over `rebuno.wire`'s keep-alive pools, one per agent origin: a delivery is on the
+path of every execution, and a general-purpose client costs more than the rest of it. Redirects
+are not followed (§6 allows either); a 3xx is a failed attempt like any other non-2xx.
 Must not import the store, the service layer, or the API.
 """
 
 from __future__ import annotations
 
-import httpx
+from urllib.parse import urlsplit
 
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, OFFERED
 from rebuno.protocol.signing import EXECUTION_ID_HEADER, SIGNATURE_HEADER, sign_body
+from rebuno.wire import Pool, TransportError
 
-MAX_REDIRECTS = 10
 # Tells an agent of ours which of this kernel's own protocol extensions it may use; other
 # SDKs ignore the header.
 EXTENSIONS = ", ".join(OFFERED)
+DEFAULT_TIMEOUT_SECONDS = 30.0
+MAX_ORIGINS = 1024
+"""Agent origins kept with open pools; past that the oldest pool is closed."""
 
 
 class HttpDeliverer:
-    """Delivers webhooks over one pooled HTTP client."""
+    """Delivers webhooks over one keep-alive pool per agent origin."""
 
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
-        self._client = client or httpx.AsyncClient(
-            follow_redirects=True,
-            max_redirects=MAX_REDIRECTS,
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        )
+    def __init__(self, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        self._timeout = timeout_seconds
+        self._pools: dict[str, Pool] = {}
 
     async def deliver(
         self, url: str, secret: str, execution_id: str, body: bytes, timeout_seconds: float
     ) -> DeliveryOutcome:
-        headers = {
-            "Content-Type": "application/json",
-            SIGNATURE_HEADER: sign_body(secret, body),
-            EXECUTION_ID_HEADER: execution_id,
-            EXTENSIONS_HEADER: EXTENSIONS,
-        }
+        headers = (
+            ("Content-Type", "application/json"),
+            (SIGNATURE_HEADER, sign_body(secret, body)),
+            (EXECUTION_ID_HEADER, execution_id),
+            (EXTENSIONS_HEADER, EXTENSIONS),
+        )
         try:
-            response = await self._client.post(
-                url, content=body, headers=headers, timeout=timeout_seconds
-            )
-        except httpx.HTTPError as exc:
+            pool, target = await self._pool_for(url, timeout_seconds)
+            response = await pool.request("POST", target, headers, body)
+        except (TransportError, ValueError) as exc:
             return DeliveryOutcome(False, f"{type(exc).__name__}: {exc}")
-        if 200 <= response.status_code < 300:
+        if 200 <= response.status < 300:
             return DeliveryOutcome(True)
-        return DeliveryOutcome(False, f"agent answered {response.status_code}")
+        return DeliveryOutcome(False, f"agent answered {response.status}")
+
+    async def _pool_for(self, url: str, timeout_seconds: float) -> tuple[Pool, str]:
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        pool = self._pools.get(origin)
+        if pool is None:
+            if len(self._pools) >= MAX_ORIGINS:
+                await self._pools.pop(next(iter(self._pools))).aclose()
+            pool = Pool(origin, timeout=timeout_seconds or self._timeout)
+            self._pools[origin] = pool
+        return pool, target
 
     async def close(self) -> None:
-        await self._client.aclose()
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.aclose()

@@ -59,6 +59,12 @@ class DispatchUseCases(ServiceBase):
         )
         metrics.delivery_attempted(outcome.ok)
         if outcome.ok:
+            log.debug(
+                "delivered: execution_id=%s dispatch_id=%s attempt=%d",
+                dispatch.execution_id,
+                dispatch.id,
+                dispatch.attempt,
+            )
             await self._record_ack(dispatch)
         else:
             log.warning(

@@ -1,11 +1,12 @@
-"""A lean HTTP/1.1 client for the agent's calls to its one kernel origin.
+"""A lean HTTP/1.1 client for the two hottest HTTP paths: an agent's calls to its kernel, and
+the kernel's webhook deliveries to agents.
 
 `Pool` keeps a few keep-alive connections to one origin (asyncio Protocols; https through
 asyncio's ssl) and runs one request at a time on each. Responses are parsed by httptools when it
 is importable and by h11 otherwise. A request may not be idempotent, so it is sent twice only in
 the keep-alive race: a reused idle connection that the server had already closed, noticed before
 any byte of the answer arrived. Imports only the standard library, httptools and h11; never
-httpx, the kernel or the rest of the SDK.
+httpx, the kernel or the SDK, so both sides can use it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The agent's lean HTTP/1.1 transport (`rebuno.sdk._wire`) and the kernel client on top of it,
+"""The agent's lean HTTP/1.1 transport (`rebuno.wire`) and the kernel client on top of it,
 against real loopback servers: uvicorn for the ordinary exchange, and a hand-rolled asyncio
 server for what uvicorn never does on purpose (chunks, closes, silence)."""
 
@@ -21,8 +21,8 @@ import uvloop
 
 from rebuno.protocol import signing
 from rebuno.sdk._kernel import Completion, KernelClient, Lease, encode_json
-from rebuno.sdk._wire import PARSERS, Pool, Response, Timeout, TransportError
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError
+from rebuno.wire import PARSERS, Pool, Response, Timeout, TransportError
 from tests.sdk.loopback import serving
 from tests.support import wait_until
 
