@@ -83,6 +83,22 @@ async def test_large_json_columns_are_lz4_compressed_when_the_server_supports_it
     assert method == ("l" if supported else "")
 
 
+async def test_steps_have_no_index_a_cached_plan_could_take_for_an_identity_lookup(
+    postgres_url: str,
+) -> None:
+    # A generic plan cached while `steps` was small chose an (execution_id, proposed_seq) index
+    # for the submission's lookup by identity, and then scanned the execution's whole history
+    # on every step. Only the id and the identity may index steps.
+    rows = await _query(
+        postgres_url, "SELECT indexdef FROM pg_indexes WHERE tablename = 'steps' ORDER BY 1"
+    )
+
+    assert [row[0].split(" USING ")[1] for row in rows] == [
+        "btree (execution_id, kind, target, args_hash, occurrence)",
+        "btree (step_id)",
+    ]
+
+
 async def _server_has_lz4(url: str) -> bool:
     try:
         await _query(url, "CREATE TEMP TABLE probe (t text COMPRESSION lz4)")

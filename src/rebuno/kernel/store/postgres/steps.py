@@ -81,22 +81,24 @@ def from_row(row: Sequence[Any]) -> Step:
     )
 
 
-_GET_MANY = f"SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s AND s.step_id = ANY(%s)"
+# By primary key only, the execution checked on the rows: with `execution_id = $1` in the
+# statement, a plan cached while the table was small can pick the execution's index and then
+# scan every step of the execution on each call.
+_GET_MANY = f"SELECT {COLUMNS} FROM steps s WHERE s.step_id = ANY(%s)"
 
 
 async def get_many(conn: Connection, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
-    return await fetch_many(await query_many(conn, execution_id, step_ids))
+    return await fetch_many(await query_many(conn, step_ids), execution_id)
 
 
-async def query_many(
-    conn: Connection, execution_id: str, step_ids: Sequence[str]
-) -> psycopg.AsyncCursor[Any]:
+async def query_many(conn: Connection, step_ids: Sequence[str]) -> psycopg.AsyncCursor[Any]:
     """Sends the read without waiting for its answer (in a pipeline it is only queued)."""
-    return await conn.execute(_GET_MANY, (execution_id, list(step_ids)))
+    return await conn.execute(_GET_MANY, (list(step_ids),))
 
 
-async def fetch_many(cur: psycopg.AsyncCursor[Any]) -> list[Step]:
-    return [from_row(row) for row in await cur.fetchall()]
+async def fetch_many(cur: psycopg.AsyncCursor[Any], execution_id: str) -> list[Step]:
+    found = [from_row(row) for row in await cur.fetchall()]
+    return [step for step in found if step.execution_id == execution_id]
 
 
 async def get(conn: Connection, step_id: str) -> Step | None:

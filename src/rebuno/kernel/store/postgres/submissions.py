@@ -55,7 +55,7 @@ async def load(
     params.update(kind=key.kind.value, target=key.target, args_hash=key.args_hash)
     cur = await conn.execute(_LOAD, params)
     # Queued behind the first read in the same pipeline: both answers come in one round trip.
-    carried = await steps.query_many(conn, execution_id, completing) if completing else None
+    carried = await steps.query_many(conn, completing) if completing else None
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
@@ -67,14 +67,14 @@ async def load(
         occurrence=int(row[width + 1]),
         existing=None if step_row[0] is None else steps.from_row(step_row),
         policy_bundle=row[width + 2],
-        completing=() if carried is None else tuple(await steps.fetch_many(carried)),
+        completing=() if carried is None else tuple(await steps.fetch_many(carried, execution_id)),
     )
 
 
 _LOAD_COMPLETION = f"""
     SELECT {executions.COLUMNS}, {steps.COLUMNS}, {dispatches.COLUMNS}
     FROM executions e
-    LEFT JOIN steps s ON s.step_id = %(step_id)s AND s.execution_id = e.id
+    LEFT JOIN steps s ON s.step_id = %(step_id)s
     LEFT JOIN dispatches d ON d.id = %(dispatch_id)s AND d.execution_id = e.id
     WHERE e.id = %(execution_id)s
 """
@@ -91,8 +91,11 @@ async def load_completion(
     width, step_width = executions.WIDTH, steps.WIDTH
     step_row = row[width : width + step_width]
     dispatch_row = row[width + step_width :]
+    step = None if step_row[0] is None else steps.from_row(step_row)
     return Completion(
         execution=executions.from_row(row[:width]),
-        step=None if step_row[0] is None else steps.from_row(step_row),
+        # Joined by primary key alone (see steps._GET_MANY); a step of another execution is
+        # no step of this one.
+        step=step if step is not None and step.execution_id == execution_id else None,
         dispatch=None if dispatch_row[0] is None else dispatches.from_row(dispatch_row),
     )
