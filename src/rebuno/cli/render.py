@@ -132,7 +132,3 @@ def age(timestamp: str, now: datetime | None = None) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def short_id(identifier: str) -> str:
-    return identifier[:8]

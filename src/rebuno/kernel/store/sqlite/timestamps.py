@@ -27,7 +27,3 @@ def to_micros_or_none(moment: datetime | None) -> int | None:
 
 def from_micros_or_none(micros: int | None) -> datetime | None:
     return None if micros is None else from_micros(micros)
-
-
-def seconds_to_micros(seconds: float) -> int:
-    return round(seconds * 1_000_000)
