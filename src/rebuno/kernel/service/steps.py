@@ -323,21 +323,21 @@ class StepUseCases(ServiceBase):
         seq: int,
         data: str,
     ) -> None:
-        """Ephemeral: checked against committed state, published best-effort, never stored."""
-        execution = await self.store.get_execution(execution_id)
-        check_owner(execution, agent_id)
-        step = await self.store.get_step(step_id)
-        if step is None or step.execution_id != execution_id:
+        """Ephemeral: checked against recorded state, published best-effort, never stored.
+        The execution, the step and the lease's dispatch come from one read."""
+        async with self.transaction(execution_id) as tx:
+            loaded = await tx.load_completion(
+                execution_id, step_id, lease.dispatch_id if lease else ""
+            )
+        check_owner(loaded.execution, agent_id)
+        step = loaded.step
+        if step is None:
             raise NotFound(f"step {step_id} not found in execution {execution_id}")
-        if lease is not None:
-            async with self.transaction() as tx:
-                dispatch = await tx.get_dispatch(lease.dispatch_id)
-            if (
-                dispatch is None
-                or dispatch.execution_id != execution_id
-                or (dispatch.attempt != lease.attempt)
-            ):
-                raise superseded(execution_id, lease)
+        # The weak check (§16.1), and only when the agent sent a lease.
+        if lease is not None and (
+            loaded.dispatch is None or loaded.dispatch.attempt != lease.attempt
+        ):
+            raise superseded(execution_id, lease)
         if step.status is not StepStatus.EXECUTING:
             raise Conflict(f"step {step_id} is {step.status}, not executing")
         self.bus.publish(execution_id, Delta(step_id=step_id, seq=seq, data=data))
