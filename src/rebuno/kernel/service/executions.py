@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import StepOutcome
@@ -24,6 +25,7 @@ from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
 from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
 
+T = TypeVar("T")
 CLIENT_CANCELLED = "client_cancelled"
 REPLICA_POLL_SECONDS = 0.25
 DEADLINE_EXCEEDED = "deadline_exceeded"
@@ -66,17 +68,14 @@ class ExecutionUseCases(ServiceBase):
     ) -> Execution:
         """The execution. With `wait` (our long poll), a live one is held up to that many
         seconds for it to become terminal."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while True:
-            # Woken only by the use cases that can end an execution, not by every step.
-            ends = self.on_end(execution_id) if wait > 0 else None
+
+        async def read() -> tuple[Execution, bool]:
             execution = await self.store.get_execution(execution_id)
             check_owner(execution, agent_id)
-            remaining = deadline - loop.time()
-            if ends is None or execution.status.is_terminal or remaining <= 0:
-                return execution
-            await _until(ends, min(remaining, REPLICA_POLL_SECONDS))
+            return execution, execution.status.is_terminal
+
+        # Woken only by the use cases that can end an execution, not by every step.
+        return await _hold(wait, lambda: self.on_end(execution_id), read)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self.store.list_executions(flt)
@@ -86,19 +85,16 @@ class ExecutionUseCases(ServiceBase):
     ) -> list[Event]:
         """Events after `after_seq`. With `wait` (our long poll), an empty answer is held up
         to that many seconds for the next commit on the execution, unless it is terminal."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while True:
-            # Registered before the read, so a commit landing in between is not missed.
-            appended = self.on_append(execution_id) if wait > 0 else None
+
+        async def read() -> tuple[list[Event], bool]:
             events = await self.store.list_events(execution_id, after_seq, limit)
             if events:
-                return events
+                return events, True
+            # Also answers NotFound for an unknown execution; a terminal one has no more.
             execution = await self.store.get_execution(execution_id)
-            remaining = deadline - loop.time()
-            if appended is None or execution.status.is_terminal or remaining <= 0:
-                return events
-            await _until(appended, min(remaining, REPLICA_POLL_SECONDS))
+            return events, execution.status.is_terminal
+
+        return await _hold(wait, lambda: self.on_append(execution_id), read)
 
     async def list_steps(
         self, execution_id: str, status: str | None, agent_id: str | None = None
@@ -241,12 +237,26 @@ async def _expire_pending_approvals(tx: Transaction, execution_id: str, batch: E
             batch.step(EventType.STEP_DENIED, denied, error=steps.CANCELLED_ERROR)
 
 
-async def _until(appended: asyncio.Event, seconds: float) -> None:
-    """Waits for the next commit on an execution, but no longer than `seconds`: another
-    replica's commits wake no one here, so a long poll looks again every so often."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await appended.wait()
+async def _hold(
+    wait: float,
+    register: Callable[[], asyncio.Event],
+    read: Callable[[], Awaitable[tuple[T, bool]]],
+) -> T:
+    """Our long poll: `read()` until it says it is done or `wait` seconds passed, looking
+    again whenever the registered wake-up fires. The wake-up is registered before each read, so
+    a commit landing in between is not missed; another replica's commits wake no one here, so
+    it also looks again every `REPLICA_POLL_SECONDS`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        woken = register() if wait > 0 else None
+        value, done = await read()
+        remaining = deadline - loop.time()
+        if woken is None or done or remaining <= 0:
+            return value
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(remaining, REPLICA_POLL_SECONDS)):
+                await woken.wait()
 
 
 def _deadline(execution: Execution) -> str | None:
