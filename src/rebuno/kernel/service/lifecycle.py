@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from rebuno.kernel import metrics
-from rebuno.kernel.domain.errors import ExecutionTerminal, KernelError
+from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.service.base import log
 from rebuno.kernel.service.executions import DEADLINE_EXCEEDED
 from rebuno.kernel.service.kernel import Kernel
@@ -50,7 +50,9 @@ async def cancel_overdue(kernel: Kernel) -> int:
             try:
                 await kernel.cancel(execution_id, DEADLINE_EXCEEDED)
                 cancelled += 1
-            except (ExecutionTerminal, KernelError):
+            except (ExecutionTerminal, NotFound):
+                # Ended or deleted since it was listed. Any other failure ends the tick (the
+                # job logs it): skipping it here would list the same ids again, forever.
                 continue
         if len(ids) < PAGE:
             break
