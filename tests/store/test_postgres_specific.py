@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -97,6 +98,29 @@ async def test_steps_have_no_index_a_cached_plan_could_take_for_an_identity_look
         "btree (execution_id, kind, target, args_hash, occurrence)",
         "btree (step_id)",
     ]
+
+
+async def test_apply_refuses_an_unknown_operation_and_writes_nothing_of_the_batch(
+    postgres_url: str,
+) -> None:
+    store = PostgresStore(postgres_url)
+    await store.open()
+    created = await seed_execution(store)
+    ops = json.dumps(
+        [
+            ["append_events", [[created.id, 1, "execution.started", "{}", "2026-01-01T00:00:00Z"]]],
+            ["drop_everything"],
+        ]
+    )
+
+    with pytest.raises(psycopg.errors.RaiseException, match="unknown operation drop_everything"):
+        async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+            await conn.execute("SELECT rebuno_apply(%s::jsonb)", (ops,))
+
+    try:
+        assert await store.list_events(created.id, 0, 10) == []
+    finally:
+        await store.close()
 
 
 async def _server_has_lz4(url: str) -> bool:

@@ -248,6 +248,27 @@ async def test_events_round_trip_in_order_with_raw_payloads(store: Store) -> Non
     assert await store.list_events(created.id, 0, 10) == written
 
 
+# Escapes, quotes, backslashes, a line separator, non-ASCII and a supplementary-plane character:
+# text that a backend passing values through JSON of its own must hand back byte for byte.
+AWKWARD = '{"s":"a\\"b\\\\c\\u2028 \u00e9\u2028\U0001f600","n":1e400,"t":"\\ud83d\\ude00"}'
+
+
+async def test_json_text_comes_back_byte_for_byte_from_every_kind_of_write(store: Store) -> None:
+    created = await seed_execution(store, input=AWKWARD)
+    recorded = await seed_step(store, created.id, args=AWKWARD)
+    done = replace(recorded, status=StepStatus.SUCCEEDED, result=AWKWARD, error=AWKWARD)
+    ended = replace(created, status=ExecutionStatus.COMPLETED, output=AWKWARD, last_event_seq=1)
+
+    async with store.transaction(created.id) as tx:
+        await tx.update_step(done)
+        await tx.append_events([event(created.id, 1, payload=AWKWARD)])
+        await tx.update_execution(ended)
+
+    assert await store.get_execution(created.id) == ended
+    assert await store.get_step(recorded.step_id) == done
+    assert [e.payload for e in await store.list_events(created.id, 0, 10)] == [AWKWARD]
+
+
 async def test_list_events_reads_after_a_sequence_up_to_a_limit(store: Store) -> None:
     created = await seed_execution(store)
     async with store.transaction(created.id) as tx:

@@ -13,12 +13,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rebuno.kernel.domain.records import Dispatch, Lease
-from rebuno.kernel.store.base import ClaimedDispatch, StepKey
+from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.kernel.store.postgres import agents
 from rebuno.kernel.store.postgres.connection import Connection
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 
 CHANNEL = "rebuno_dispatch"
+"""Notified by `rebuno_apply` (migration 003) when a dispatch is inserted."""
 RECLAIM_PAGE = 100
 
 COLUMNS = (
@@ -27,39 +28,13 @@ COLUMNS = (
 )
 WIDTH = 10
 
-# The notification is delivered when (and only if) the transaction commits.
-_INSERT = f"""
-    WITH inserted AS (
-        INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts,
-            next_attempt_at, locked_by, locked_at, created_at, updated_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-        RETURNING 1
-    )
-    SELECT pg_notify('{CHANNEL}', '') FROM inserted
-"""
-_UPDATE = """
-    UPDATE dispatches SET status = %s, attempt = %s, next_attempt_at = %s, locked_by = %s,
-        locked_at = %s, updated_at = %s
-    WHERE id = %s
-"""
 _GET = f"SELECT {COLUMNS} FROM dispatches d WHERE d.id = %s"
-_RETIRE = """
-    UPDATE dispatches SET status = 'exhausted', locked_by = NULL, locked_at = NULL,
-        updated_at = %s
-    WHERE execution_id = %s AND status <> 'exhausted'
-"""
 RENEW = """
     UPDATE dispatches SET locked_at = %(now)s
     WHERE id = %(dispatch_id)s AND execution_id = %(execution_id)s AND attempt = %(attempt)s
         AND status = 'in_flight'
 """
 _RENEW_RETURNING = f"{RENEW} RETURNING 1"
-_SET_OCCURRENCE = """
-    INSERT INTO dispatch_step_counters AS c (dispatch_id, kind, target, args_hash, consumed)
-    VALUES (%s, %s, %s, %s, %s)
-    ON CONFLICT (dispatch_id, kind, target, args_hash)
-    DO UPDATE SET consumed = greatest(c.consumed, EXCLUDED.consumed)
-"""
 _CLAIM = f"""
     WITH due AS (
         SELECT id FROM dispatches
@@ -130,52 +105,9 @@ async def get(conn: Connection, dispatch_id: str) -> Dispatch | None:
     return None if row is None else from_row(row)
 
 
-async def insert(conn: Connection, d: Dispatch) -> None:
-    await conn.execute(
-        _INSERT,
-        (
-            d.id,
-            d.execution_id,
-            d.status.value,
-            d.attempt,
-            d.max_attempts,
-            d.next_attempt_at,
-            d.locked_by,
-            d.locked_at,
-            d.created_at,
-            d.updated_at,
-        ),
-    )
-
-
-async def update(conn: Connection, d: Dispatch) -> None:
-    await conn.execute(
-        _UPDATE,
-        (
-            d.status.value,
-            d.attempt,
-            d.next_attempt_at,
-            d.locked_by,
-            d.locked_at,
-            d.updated_at,
-            d.id,
-        ),
-    )
-
-
-async def retire(conn: Connection, execution_id: str, now: datetime) -> None:
-    await conn.execute(_RETIRE, (now, execution_id))
-
-
 async def renew_lease(conn: Connection, execution_id: str, lease: Lease, now: datetime) -> bool:
     cur = await conn.execute(_RENEW_RETURNING, lease_params(execution_id, lease, now))
     return await cur.fetchone() is not None
-
-
-async def set_occurrence(conn: Connection, dispatch_id: str, key: StepKey, consumed: int) -> None:
-    await conn.execute(
-        _SET_OCCURRENCE, (dispatch_id, key.kind.value, key.target, key.args_hash, consumed)
-    )
 
 
 async def claim(

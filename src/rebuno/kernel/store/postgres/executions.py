@@ -1,7 +1,8 @@
 """SQL for the `executions` table: the execution record, its listing and its sweeps.
 
-Functions take a connection that is either in a transaction (pipeline mode: a write is queued
-and sent with the commit) or in autocommit (one committed statement).
+Functions take a connection that is either in a transaction (pipeline mode) or in autocommit
+(one committed statement). A transaction's row writes are operations of `rebuno_apply`
+(`writes.py`).
 Must import only psycopg, the domain, `store.base` and this package.
 """
 
@@ -26,16 +27,6 @@ WIDTH = 11
 
 TERMINAL = "('completed', 'failed', 'cancelled')"
 
-_INSERT = """
-    INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason,
-        created_at, updated_at, deadline_at, last_event_seq)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
-_UPDATE = """
-    UPDATE executions SET status = %s, output = %s, failure_reason = %s, updated_at = %s,
-        last_event_seq = %s
-    WHERE id = %s
-"""
 _GET = f"SELECT {COLUMNS} FROM executions e WHERE e.id = %s"
 _OVERDUE = """
     SELECT id FROM executions
@@ -73,32 +64,6 @@ async def get(conn: Connection, execution_id: str) -> Execution:
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
     return from_row(row)
-
-
-async def insert(conn: Connection, e: Execution) -> None:
-    await conn.execute(
-        _INSERT,
-        (
-            e.id,
-            e.agent_id,
-            e.agent_version,
-            e.input,
-            e.status.value,
-            e.output,
-            e.failure_reason,
-            e.created_at,
-            e.updated_at,
-            e.deadline_at,
-            e.last_event_seq,
-        ),
-    )
-
-
-async def update(conn: Connection, e: Execution) -> None:
-    await conn.execute(
-        _UPDATE,
-        (e.status.value, e.output, e.failure_reason, e.updated_at, e.last_event_seq, e.id),
-    )
 
 
 async def list_page(conn: Connection, flt: ExecutionFilter) -> Page[Execution]:

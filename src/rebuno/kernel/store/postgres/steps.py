@@ -26,17 +26,6 @@ WIDTH = 16
 
 TERMINAL = "('succeeded', 'failed', 'denied', 'cancelled')"
 
-_INSERT = """
-    INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence, status,
-        idempotency, args, result, error, usage_input, usage_output, proposed_seq, started_at,
-        completed_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
-_UPDATE = """
-    UPDATE steps SET status = %s, result = %s, error = %s, usage_input = %s, usage_output = %s,
-        started_at = %s, completed_at = %s
-    WHERE step_id = %s
-"""
 _GET = f"SELECT {COLUMNS} FROM steps s WHERE s.step_id = %s"
 _LIST = f"SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s ORDER BY s.proposed_seq"
 _LIST_TERMINAL = f"""
@@ -105,46 +94,6 @@ async def get(conn: Connection, step_id: str) -> Step | None:
     cur = await conn.execute(_GET, (step_id,))
     row = await cur.fetchone()
     return None if row is None else from_row(row)
-
-
-async def insert(conn: Connection, s: Step) -> None:
-    await conn.execute(
-        _INSERT,
-        (
-            s.step_id,
-            s.execution_id,
-            s.kind.value,
-            s.target,
-            s.args_hash,
-            s.occurrence,
-            s.status.value,
-            s.idempotency.value,
-            s.args,
-            s.result,
-            s.error,
-            s.usage_input,
-            s.usage_output,
-            s.proposed_seq,
-            s.started_at,
-            s.completed_at,
-        ),
-    )
-
-
-async def update(conn: Connection, s: Step) -> None:
-    await conn.execute(
-        _UPDATE,
-        (
-            s.status.value,
-            s.result,
-            s.error,
-            s.usage_input,
-            s.usage_output,
-            s.started_at,
-            s.completed_at,
-            s.step_id,
-        ),
-    )
 
 
 async def list_for(conn: Connection, execution_id: str, status: str | None) -> list[Step]:

@@ -11,9 +11,9 @@ Must import only psycopg, the domain, `store.base` and this package.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -29,6 +29,7 @@ from rebuno.kernel.store.postgres import (
     rate_buckets,
     steps,
     submissions,
+    writes,
 )
 from rebuno.kernel.store.postgres.connection import (
     Connection,
@@ -51,19 +52,38 @@ _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 class PostgresTransaction:
     """One unit of work; `PostgresStore.transaction` begins, commits or rolls it back."""
 
-    __slots__ = ("_conn", "_server")
+    __slots__ = ("_conn", "_server", "_writes")
 
     def __init__(self, conn: Connection, server: Server) -> None:
         self._conn = conn
         self._server = server
+        self._writes = writes.Writes()
 
-    async def _run(self, call: Awaitable[T]) -> T:
+    async def _run(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Runs `call(conn, *args)` (a read, or a write `rebuno_apply` does not do) after the
+        collected writes: a read sees the transaction's own writes, and writes keep their
+        order."""
         with translated(self._server):
-            return await call
+            if self._writes:
+                await self._conn.execute(writes.APPLY, (self._writes.take(),))
+            return await call(self._conn, *args)
+
+    def _queue(self, op: writes.Op) -> None:
+        self._writes.add(op)
+
+    async def flush(self) -> None:
+        """Queues the collected writes in the pipeline, as one statement."""
+        if self._writes:
+            with translated(self._server):
+                await self._conn.execute(writes.APPLY, (self._writes.take(),))
+
+    def discard(self) -> None:
+        """Forgets the collected writes (the transaction is being rolled back)."""
+        self._writes.clear()
 
     # -- reads under the lock ------------------------------------------------------------
     async def get_execution(self, execution_id: str) -> Execution:
-        return await self._run(executions.get(self._conn, execution_id))
+        return await self._run(executions.get, execution_id)
 
     async def load_submission(
         self,
@@ -75,101 +95,99 @@ class PostgresTransaction:
         completing: Sequence[str] = (),
     ) -> Submission:
         # `step_id_for` is not needed: the statement finds the step by its unique key.
-        load = submissions.load(self._conn, execution_id, lease, key, now, completing)
-        return await self._run(load)
+        return await self._run(submissions.load, execution_id, lease, key, now, completing)
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str
     ) -> Completion:
-        return await self._run(
-            submissions.load_completion(self._conn, execution_id, step_id, dispatch_id)
-        )
+        return await self._run(submissions.load_completion, execution_id, step_id, dispatch_id)
 
     async def get_step(self, step_id: str) -> Step | None:
-        return await self._run(steps.get(self._conn, step_id))
+        return await self._run(steps.get, step_id)
 
     async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
         if not step_ids:
             return []
-        return await self._run(steps.get_many(self._conn, execution_id, step_ids))
+        return await self._run(steps.get_many, execution_id, step_ids)
 
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
-        return await self._run(dispatches.get(self._conn, dispatch_id))
+        return await self._run(dispatches.get, dispatch_id)
 
     async def get_agent(self, agent_id: str) -> Agent:
-        return await self._run(agents.get(self._conn, agent_id))
+        return await self._run(agents.get, agent_id)
 
     async def get_approval(self, approval_id: str) -> Approval:
-        return await self._run(approvals.get(self._conn, approval_id))
+        return await self._run(approvals.get, approval_id)
 
     async def pending_approval_for_step(self, step_id: str) -> Approval | None:
-        return await self._run(approvals.pending_for_step(self._conn, step_id))
+        return await self._run(approvals.pending_for_step, step_id)
 
     async def list_pending_approvals(self, execution_id: str) -> list[Approval]:
-        return await self._run(approvals.pending_for_execution(self._conn, execution_id))
+        return await self._run(approvals.pending_for_execution, execution_id)
 
     async def list_steps_with_status(self, execution_id: str, status: StepStatus) -> list[Step]:
-        return await self._run(steps.list_for(self._conn, execution_id, status.value))
+        return await self._run(steps.list_for, execution_id, status.value)
 
     async def has_indeterminate_step(self, execution_id: str, key: StepKey) -> bool:
-        return await self._run(steps.has_indeterminate(self._conn, execution_id, key))
+        return await self._run(steps.has_indeterminate, execution_id, key)
 
     async def has_event_of_type(self, execution_id: str, event_type: str) -> bool:
-        return await self._run(events.has_type(self._conn, execution_id, event_type))
+        return await self._run(events.has_type, execution_id, event_type)
 
     async def spent_tokens(self, execution_id: str) -> int:
-        return await self._run(steps.spent_tokens(self._conn, execution_id))
+        return await self._run(steps.spent_tokens, execution_id)
 
     async def renew_lease(self, execution_id: str, lease: Lease, now: datetime) -> bool:
-        return await self._run(dispatches.renew_lease(self._conn, execution_id, lease, now))
+        return await self._run(dispatches.renew_lease, execution_id, lease, now)
 
     async def take_rate_token(
         self, key: str, max_calls: int, window_seconds: float, now: datetime
     ) -> float | None:
-        return await self._run(rate_buckets.take(self._conn, key, max_calls, window_seconds, now))
+        return await self._run(rate_buckets.take, key, max_calls, window_seconds, now)
 
-    # -- writes (queued) -----------------------------------------------------------------
+    # -- writes (collected, or queued in order) ------------------------------------------
     async def insert_execution(self, execution: Execution) -> None:
-        await self._run(executions.insert(self._conn, execution))
+        self._queue(writes.insert_execution(execution))
 
     async def update_execution(self, execution: Execution) -> None:
-        await self._run(executions.update(self._conn, execution))
+        self._queue(writes.update_execution(execution))
 
     async def append_events(self, events_: Sequence[Event]) -> None:
-        await self._run(events.append(self._conn, events_))
+        if events_:
+            self._queue(writes.append_events(events_))
 
     async def insert_step(self, step: Step) -> None:
-        await self._run(steps.insert(self._conn, step))
+        self._queue(writes.insert_step(step))
 
     async def update_step(self, step: Step) -> None:
-        await self._run(steps.update(self._conn, step))
+        self._queue(writes.update_step(step))
 
     async def set_occurrence(self, dispatch_id: str, key: StepKey, consumed: int) -> None:
-        await self._run(dispatches.set_occurrence(self._conn, dispatch_id, key, consumed))
+        self._queue(writes.set_occurrence(dispatch_id, key, consumed))
 
     async def insert_dispatch(self, dispatch: Dispatch) -> None:
-        await self._run(dispatches.insert(self._conn, dispatch))
+        self._queue(writes.insert_dispatch(dispatch))
 
     async def retire_dispatches(self, execution_id: str, now: datetime) -> None:
-        await self._run(dispatches.retire(self._conn, execution_id, now))
+        self._queue(writes.retire_dispatches(execution_id, now))
 
     async def update_dispatch(self, dispatch: Dispatch) -> None:
-        await self._run(dispatches.update(self._conn, dispatch))
+        self._queue(writes.update_dispatch(dispatch))
 
     async def insert_approval(self, approval: Approval) -> None:
-        await self._run(approvals.insert(self._conn, approval))
+        await self._run(approvals.insert, approval)
 
     async def update_approval(self, approval: Approval) -> None:
-        await self._run(approvals.update(self._conn, approval))
+        await self._run(approvals.update, approval)
 
     async def upsert_agent(self, agent: Agent, keep_bundle: bool) -> Agent:
-        return await self._run(agents.upsert(self._conn, agent, keep_bundle))
+        return await self._run(agents.upsert, agent, keep_bundle)
 
     async def delete_agent(self, agent_id: str) -> None:
-        await self._run(agents.delete(self._conn, agent_id))
+        await self._run(agents.delete, agent_id)
 
     async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
-        await self._run(agents.set_policy_bundle(self._conn, agent_id, bundle))
+        await self._run(agents.set_policy_bundle, agent_id, bundle)
 
 
 @contextlib.asynccontextmanager
@@ -187,12 +205,15 @@ async def pipelined(
                 await conn.execute(_BEGIN, prepare=False)
                 if execution_id is not None:
                     await conn.execute(_LOCK, (execution_lock_key(execution_id),))
+                tx = PostgresTransaction(conn, server)
                 try:
-                    yield PostgresTransaction(conn, server)
+                    yield tx
                 except BaseException:
                     rolled_back = True
+                    tx.discard()
                     await _abandon(conn, pipeline)
                     raise
+                await tx.flush()
                 await conn.execute(_COMMIT, prepare=False)
             # Leaving the pipeline sends what is queued and waits: the commit's round trip.
         finally:
