@@ -24,6 +24,7 @@ from bench.floor import commit_floor
 from bench.outcome import Context, Outcome, Scenario
 from bench.processes import ROOT
 from bench.recovery import recovery, replay_cost
+from bench.reference import reference
 from bench.report import Report, merge
 from bench.scenarios import sequential_latency, throughput
 from bench.sizes import FULL, QUICK, Sizes
@@ -128,6 +129,9 @@ def run(
     floor = Context("postgres" if "postgres" in stores else "", scratch, sizes)
     _attempt(report, "floor", commit_floor, floor, report.floor)
     for store in stores:
+        bare = Context(store, scratch / store, sizes)
+        print(f"[{_clock()}] {store}: reference ...", file=sys.stderr, flush=True)
+        _attempt(report, f"{store} reference", reference, bare, report.floor)
         for name, scenario in runs.items():
             print(f"[{_clock()}] {store}: {name} ...", file=sys.stderr, flush=True)
             ctx = Context(store, scratch / store, sizes, profile)

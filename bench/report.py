@@ -1,5 +1,6 @@
-"""The report of a run: figures derived from others (step cost in commit floors), the targets,
-the printed table and the JSON document. Standard library and the bench's own modules only.
+"""The report of a run: figures derived from others (step cost in commit floors, and against the
+bare reference), the targets, the printed table and the JSON document. Standard library and the
+bench's own modules only.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ LABELS = {
     "A.span_marginal_per_step": "A per step, marginal span (target)",
     "A.span_empty_median": "A 0-step kernel span, median",
     "A.step_in_pg_commits": "A marginal step / PG commit floor",
+    "A.step_in_reference": "A marginal step / bare reference step",
+    "A.span_marginal_scaled": "A marginal span, scaled by the reference",
     "B.executions_per_s": "B executions/s",
     "B.steps_per_s": "B steps/s",
     "B.latency_median": "B latency, median (client)",
@@ -33,6 +36,8 @@ LABELS = {
     "B.span_median": "B kernel span, median",
     "B.span_p99": "B kernel span, p99",
     "B.step_in_pg_commits": "B time per step / PG commit floor",
+    "B.rate_in_reference": "B steps/s / bare reference steps/s",
+    "B.steps_per_s_scaled": "B steps/s, scaled by the reference",
     "C.recovery": "C restart to completion (kernel record)",
     "C.recovery_seen_by_client": "C restart to completion (client wait)",
     "D.kernel_peak_rss_mib": "D kernel peak RSS",
@@ -51,7 +56,16 @@ LABELS = {
     "F.dispatch_p99": "F dispatch latency, p99",
     "floor.postgres_commit": "PostgreSQL INSERT+COMMIT, one client",
     "floor.sqlite_commit": "SQLite INSERT+COMMIT (WAL, NORMAL)",
+    "reference.sqlite_step": "bare reference, SQLite: one step, one client",
+    "reference.sqlite_steps_per_s": "bare reference, SQLite: steps/s, B's clients",
+    "reference.postgres_step": "bare reference, PostgreSQL: one step, one client",
+    "reference.postgres_steps_per_s": "bare reference, PostgreSQL: steps/s, B's clients",
 }
+REFERENCE_ON_TARGET_MACHINE = {"sqlite": (0.54, 3000.0), "postgres": (1.0, 2400.0)}
+"""What the bare reference (bench/reference.py) did on the machine the targets were set on:
+ms per step with one client, steps/s with 16. A figure "scaled by the reference" is ours
+times (that / the reference measured in this run): on a slower or busier machine it says
+what the figure would have been there."""
 _PATTERNS = {
     "E.record_per_step_": "E first run per step, {} steps",
     "E.replay_per_step_": "E replay per step, {} steps",
@@ -80,7 +94,9 @@ def targets(sizes: Sizes) -> dict[str, dict[str, Target]]:
     recovery = Target("<=", sizes.lease_seconds + 1)
     return {
         "A.span_marginal_per_step": {"sqlite": Target("<=", 0.70), "postgres": Target("<=", 1.0)},
+        "A.span_marginal_scaled": {"sqlite": Target("<=", 0.70), "postgres": Target("<=", 1.0)},
         "B.steps_per_s": {"sqlite": Target(">=", 3000), "postgres": Target(">=", 2500)},
+        "B.steps_per_s_scaled": {"sqlite": Target(">=", 3000), "postgres": Target(">=", 2500)},
         "C.recovery": dict.fromkeys(both, recovery),
         "D.kernel_peak_rss_mib": dict.fromkeys(both, Target("<=", 150)),
         "E.replay_per_step_spread": dict.fromkeys(both, Target("<=", 20)),
@@ -99,6 +115,27 @@ class Report:
         return self.stores.setdefault(store, Outcome())
 
     def derive(self) -> None:
+        self._in_commit_floors()
+        for store, outcome in self.stores.items():
+            self._in_reference(store, outcome)
+
+    def _in_reference(self, store: str, outcome: Outcome) -> None:
+        """Step cost and rate against the bare reference of the same store and run."""
+        step = self.floor.figures.get(f"reference.{store}_step")
+        rate = self.floor.figures.get(f"reference.{store}_steps_per_s")
+        there_step, there_rate = REFERENCE_ON_TARGET_MACHINE[store]
+        marginal = outcome.figures.get("A.span_marginal_per_step")
+        if step is not None and marginal is not None and step.value > 0:
+            outcome.add("A.step_in_reference", "x", [rep / step.value for rep in marginal.reps])
+            scale = there_step / step.value
+            outcome.add("A.span_marginal_scaled", "ms", [rep * scale for rep in marginal.reps])
+        ours = outcome.figures.get("B.steps_per_s")
+        if rate is not None and ours is not None and rate.value > 0:
+            outcome.add("B.rate_in_reference", "x", [rep / rate.value for rep in ours.reps])
+            scale = there_rate / rate.value
+            outcome.add("B.steps_per_s_scaled", "1/s", [rep * scale for rep in ours.reps])
+
+    def _in_commit_floors(self) -> None:
         """Step costs as multiples of PostgreSQL's single-client commit."""
         floor = self.floor.figures.get("floor.postgres_commit")
         if floor is None or not math.isfinite(floor.value):
@@ -134,7 +171,7 @@ class Report:
         goals = targets(self.sizes)
         return {
             "sizes": self.sizes.as_json(),
-            "commit_floor": {k: f.as_json() for k, f in self.floor.figures.items()},
+            "baselines": {k: f.as_json() for k, f in self.floor.figures.items()},
             "stores": {
                 store: {
                     "figures": {

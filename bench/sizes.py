@@ -29,6 +29,7 @@ class Sizes:
     c_crash_at: int = 26
     e_histories: tuple[int, ...] = (10, 1000, 10000)
     floor_commits: int = 500
+    ref_steps: int = 500
     lease_seconds: int = 2
     wait_timeout: float = 120.0
 
@@ -49,4 +50,5 @@ QUICK = Sizes(
     c_crash_at=4,
     e_histories=(5, 20),
     floor_commits=20,
+    ref_steps=20,
 )

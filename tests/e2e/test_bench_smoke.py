@@ -23,6 +23,8 @@ FIGURES = (
     "E.replay_per_step_spread",
     "F.dispatch_median",
 )
+DERIVED = ("A.step_in_reference", "A.span_marginal_scaled", "B.rate_in_reference")
+BASELINES = ("floor.sqlite_commit", "reference.sqlite_step", "reference.sqlite_steps_per_s")
 
 
 def test_quick_run_on_sqlite_reports_every_scenario(tmp_path: Path) -> None:
@@ -35,5 +37,8 @@ def test_quick_run_on_sqlite_reports_every_scenario(tmp_path: Path) -> None:
     figures = document["stores"]["sqlite"]["figures"]
     assert [key for key in FIGURES if figures.get(key, {}).get("median") is None] == []
     assert document["stores"]["sqlite"]["details"]["C.steps_before_crash_ran_once"] is True
+    assert [key for key in DERIVED if figures.get(key, {}).get("median") is None] == []
+    baselines = document["baselines"]
+    assert [key for key in BASELINES if baselines.get(key, {}).get("median") is None] == []
     assert document["errors"] == {}
     assert "B steps/s" in done.stdout
