@@ -1,15 +1,18 @@
-"""`Client` against a real kernel: executions, paging, cancellation, steps, approvals, waiting."""
+"""`Client` against a real kernel: executions, paging and filters, cancellation, steps,
+approvals, waiting."""
 
 from __future__ import annotations
 
 import pytest
 
-from rebuno import NotFoundError, Terminated, tool
+from rebuno import NotFoundError, Terminated, ValidationError, tool
 from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
 from tests.support import wait_until
 
 NOWHERE = "http://127.0.0.1:9/webhook"
+# Characters that break a query or a path when sent unescaped.
+AWKWARD = "ops & co=1 +100% é?#"
 GATE = """
 rules:
   - id: gate-publish
@@ -46,6 +49,27 @@ async def test_list_pages_newest_first(harness: Harness) -> None:
     assert [e.id for e in first.executions] == ids[:0:-1]
     assert [e.id for e in second.executions] == ids[:1]
     assert second.next_cursor == ""
+
+
+async def test_list_filters_by_an_agent_id_that_needs_escaping(harness: Harness) -> None:
+    await harness.register(AWKWARD, NOWHERE)
+    await harness.register("ops ", NOWHERE)
+    created = await harness.client.create(AWKWARD)
+    await harness.client.create("ops ")
+
+    page = await harness.client.list(agent_id=AWKWARD)
+
+    assert [(e.id, e.agent_id) for e in page.executions] == [(created.id, AWKWARD)]
+
+
+async def test_invalid_status_filter_is_a_validation_error_naming_it_intact(
+    harness: Harness,
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        await harness.client.list(status="running & status=failed")
+
+    assert raised.value.status_code == 400
+    assert "'running & status=failed'" in raised.value.message
 
 
 async def test_unknown_execution_is_not_found(harness: Harness) -> None:

@@ -9,8 +9,10 @@ with `rebuno.kernel.manifest` (an offline file parser); imports nothing else of 
 from __future__ import annotations
 
 import builtins
+import json
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict
 
@@ -57,18 +59,18 @@ class AdminClient(Client):
         if policy_bundle is not None:
             body["policy_bundle"] = policy_bundle
         response = await self._request("POST", "/v0/agents", json=body)
-        return AgentInfo.model_validate_json(response.content)
+        return AgentInfo.model_validate_json(response.body)
 
     async def list_agents(self) -> builtins.list[AgentInfo]:
         response = await self._request("GET", "/v0/agents")
-        return [AgentInfo.model_validate(item) for item in response.json() or []]
+        return [AgentInfo.model_validate(item) for item in json.loads(response.body) or []]
 
     async def get_agent(self, agent_id: str) -> AgentInfo:
-        response = await self._request("GET", f"/v0/agents/{agent_id}")
-        return AgentInfo.model_validate_json(response.content)
+        response = await self._request("GET", f"/v0/agents/{quote(agent_id, safe='')}")
+        return AgentInfo.model_validate_json(response.body)
 
     async def delete_agent(self, agent_id: str) -> None:
-        await self._request("DELETE", f"/v0/agents/{agent_id}")
+        await self._request("DELETE", f"/v0/agents/{quote(agent_id, safe='')}")
 
     async def register_manifest(self, path: str) -> builtins.list[AgentInfo]:
         """Upsert every agent of a provisioning manifest (§18.4); each entry defines its agent

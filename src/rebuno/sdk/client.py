@@ -1,31 +1,44 @@
 """`Client`: the bearer-authenticated caller of the kernel's client API (PROTOCOL §5.1, §5.3,
 §16.2): executions, their events and steps, approvals, and live output streams.
 
-Errors come back as the SDK's exceptions, chosen from the envelope's code. Imports only
-`rebuno.protocol`, httpx and the SDK's models; never the kernel.
+Requests go through the lean keep-alive pool of `rebuno.wire`; only `stream` (server-sent
+events, long-lived) goes through httpx, opened on first use. Errors come back as the SDK's
+exceptions, chosen from the envelope's code. Imports only `rebuno.wire`, httpx (for `stream`
+and its TLS trust settings) and the SDK's errors and models; never the kernel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 import os
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any, Self
+from urllib.parse import quote, urlencode
 
 import httpx
 
 from rebuno.sdk.errors import NetworkError, error_from_envelope
 from rebuno.types import Approval, Event, Execution, ExecutionPage, Step, StreamDelta
+from rebuno.wire import Pool, Response, TransportError
 
 _WAIT_FIRST_DELAY = 0.05
 _WAIT_MAX_DELAY = 1.0
 # How long the kernel may hold the read of a live execution for `wait` (its long poll).
 _LONG_POLL = "10s"
+_JSON = ("Content-Type", "application/json")
+# One compact encoder for every body: json.dumps with options builds a fresh one per call.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 class Client:
     """An async client for creating and inspecting executions and deciding approvals.
+
+    Connections to the kernel open on first use and are kept alive between requests. They go
+    straight to the kernel: proxy settings in the environment (`HTTPS_PROXY`, ...) are not
+    used, while `SSL_CERT_FILE` and `SSL_CERT_DIR` are.
 
     Args:
         base_url: The kernel's URL; defaults to `REBUNO_URL`.
@@ -45,15 +58,22 @@ class Client:
         if not base_url:
             raise ValueError("no kernel URL: pass base_url= or set REBUNO_URL")
         api_key = api_key if api_key is not None else os.environ.get("REBUNO_API_KEY", "")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._base_url = base_url.rstrip("/")
+        self._headers = [("Authorization", f"Bearer {api_key}")] if api_key else []
         self._timeout = timeout
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout
-        )
+        self._pool: Pool | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._closed = False
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
+        """Close the connections; a closed client sends no more requests."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        http, self._http = self._http, None
+        if pool is not None:
+            await pool.aclose()
+        if http is not None:
+            await http.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -67,12 +87,12 @@ class Client:
         if input is not None:
             body["input"] = input
         response = await self._request("POST", "/v0/executions", json=body)
-        return Execution.model_validate_json(response.content)
+        return Execution.model_validate_json(response.body)
 
     async def get(self, execution_id: str) -> Execution:
         """The execution's current state."""
-        response = await self._request("GET", f"/v0/executions/{execution_id}")
-        return Execution.model_validate_json(response.content)
+        response = await self._request("GET", f"/v0/executions/{_segment(execution_id)}")
+        return Execution.model_validate_json(response.body)
 
     async def list(
         self, *, agent_id: str = "", status: str = "", cursor: str = "", limit: int = 50
@@ -80,32 +100,32 @@ class Client:
         """One page of executions, newest first, optionally filtered by agent and status."""
         params = _params(agent_id=agent_id, status=status, cursor=cursor, limit=limit)
         response = await self._request("GET", "/v0/executions", params=params)
-        return ExecutionPage.model_validate_json(response.content)
+        return ExecutionPage.model_validate_json(response.body)
 
     async def cancel(self, execution_id: str) -> None:
         """Cancel the execution. Raises `Terminated` when it already ended."""
-        await self._request("POST", f"/v0/executions/{execution_id}/cancel")
+        await self._request("POST", f"/v0/executions/{_segment(execution_id)}/cancel")
 
     async def events(
         self, execution_id: str, *, after_seq: int = 0, limit: int = 100
     ) -> builtins.list[Event]:
         """The execution's events with `event_seq > after_seq`, oldest first."""
         params = _params(after_seq=after_seq, limit=limit)
-        response = await self._request(
-            "GET", f"/v0/executions/{execution_id}/events", params=params
-        )
-        return [Event.model_validate(item) for item in response.json() or []]
+        path = f"/v0/executions/{_segment(execution_id)}/events"
+        response = await self._request("GET", path, params=params)
+        return [Event.model_validate(item) for item in json.loads(response.body) or []]
 
     async def list_steps(self, execution_id: str, *, status: str = "") -> builtins.list[Step]:
         """The execution's steps; `status="terminal"` keeps only finished ones."""
-        path = f"/v0/executions/{execution_id}/steps"
+        path = f"/v0/executions/{_segment(execution_id)}/steps"
         response = await self._request("GET", path, params=_params(status=status))
-        return [Step.model_validate(item) for item in response.json() or []]
+        return [Step.model_validate(item) for item in json.loads(response.body) or []]
 
     async def get_step(self, execution_id: str, step_id: str) -> Step:
         """One step of the execution."""
-        response = await self._request("GET", f"/v0/executions/{execution_id}/steps/{step_id}")
-        return Step.model_validate_json(response.content)
+        path = f"/v0/executions/{_segment(execution_id)}/steps/{_segment(step_id)}"
+        response = await self._request("GET", path)
+        return Step.model_validate_json(response.body)
 
     async def list_approvals(
         self, *, status: str = "pending", execution_id: str = ""
@@ -113,26 +133,26 @@ class Client:
         """Approvals with `status` (`all` for every one), optionally of one execution."""
         params = _params(status=status, execution_id=execution_id)
         response = await self._request("GET", "/v0/approvals", params=params)
-        return [Approval.model_validate(item) for item in response.json() or []]
+        return [Approval.model_validate(item) for item in json.loads(response.body) or []]
 
     async def get_approval(self, approval_id: str) -> Approval:
         """One approval, whatever its status."""
-        response = await self._request("GET", f"/v0/approvals/{approval_id}")
-        return Approval.model_validate_json(response.content)
+        response = await self._request("GET", f"/v0/approvals/{_segment(approval_id)}")
+        return Approval.model_validate_json(response.body)
 
     async def grant_approval(
         self, approval_id: str, *, decided_by: str = "", rationale: str = ""
     ) -> None:
         """Grant the approval; the gated step proceeds when the execution is re-dispatched."""
         body = {"decided_by": decided_by, "rationale": rationale}
-        await self._request("POST", f"/v0/approvals/{approval_id}/grant", json=body)
+        await self._request("POST", f"/v0/approvals/{_segment(approval_id)}/grant", json=body)
 
     async def deny_approval(
         self, approval_id: str, *, decided_by: str = "", rationale: str = ""
     ) -> None:
         """Deny the approval; the gated step comes back to the agent as a policy denial."""
         body = {"decided_by": decided_by, "rationale": rationale}
-        await self._request("POST", f"/v0/approvals/{approval_id}/deny", json=body)
+        await self._request("POST", f"/v0/approvals/{_segment(approval_id)}/deny", json=body)
 
     # The documented API takes a timeout; it is applied with asyncio.timeout inside.
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> Execution:  # noqa: ASYNC109
@@ -147,13 +167,12 @@ class Client:
         """
         loop = asyncio.get_running_loop()
         delay = _WAIT_FIRST_DELAY
+        path = f"/v0/executions/{_segment(execution_id)}"
         async with asyncio.timeout(timeout):
             while True:
                 asked = loop.time()
-                response = await self._request(
-                    "GET", f"/v0/executions/{execution_id}", params={"wait": _LONG_POLL}
-                )
-                execution = Execution.model_validate_json(response.content)
+                response = await self._request("GET", path, params={"wait": _LONG_POLL})
+                execution = Execution.model_validate_json(response.body)
                 if execution.status.is_terminal:
                     return execution
                 if loop.time() - asked < _WAIT_FIRST_DELAY:
@@ -171,10 +190,11 @@ class Client:
             async for delta in client.stream(execution.id):
                 print(delta.data, end="")
         """
+        http = self._http or self._open_stream()
         timeout = httpx.Timeout(self._timeout, read=None)
-        path = f"/v0/executions/{execution_id}/stream"
+        path = f"/v0/executions/{_segment(execution_id)}/stream"
         try:
-            async with self._http.stream("GET", path, timeout=timeout) as response:
+            async with http.stream("GET", path, timeout=timeout) as response:
                 if response.status_code >= 300:
                     raise error_from_envelope(response.status_code, await response.aread())
                 async for data in _sse_data(response.aiter_lines()):
@@ -189,18 +209,63 @@ class Client:
         *,
         json: Any = None,
         params: dict[str, str] | None = None,
-    ) -> httpx.Response:
+    ) -> Response:
+        """Send one request; `path` is escaped already, `params` are escaped here."""
+        pool = self._pool or self._open()
+        target = pool.prefix + path
+        if params:
+            target = f"{target}?{urlencode(params, quote_via=quote)}"
+        headers, body = self._headers, b""
+        if json is not None:
+            headers, body = [*headers, _JSON], _ENCODER.encode(json).encode()
         try:
-            response = await self._http.request(method, path, json=json, params=params)
-        except httpx.TransportError as exc:
+            response = await pool.request(method, target, headers, body)
+        except TransportError as exc:
             raise NetworkError(f"{method} {path}: {exc!r}") from exc
-        if response.status_code >= 300:
-            raise error_from_envelope(response.status_code, response.content)
+        if response.status >= 300:
+            raise error_from_envelope(response.status, response.body)
         return response
+
+    def _open(self) -> Pool:
+        # Opened on first use, so the pool belongs to the loop that sends the requests.
+        self._check_open()
+        try:
+            self._pool = Pool(self._base_url, timeout=self._timeout, ssl_context=self._trust())
+        except ValueError as exc:
+            # A URL no connection can be made to fails like an unreachable kernel.
+            raise NetworkError(str(exc)) from exc
+        return self._pool
+
+    def _open_stream(self) -> httpx.AsyncClient:
+        # Like the pool, the stream connects straight to the kernel, ignoring proxy settings.
+        self._check_open()
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url,
+            headers=self._headers,
+            timeout=self._timeout,
+            verify=self._trust() or True,
+            trust_env=False,
+        )
+        return self._http
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+
+    def _trust(self) -> ssl.SSLContext | None:
+        """For https, the CA bundle and `SSL_CERT_FILE`/`SSL_CERT_DIR` handling of httpx."""
+        if not self._base_url.lower().startswith("https:"):
+            return None
+        return httpx.create_ssl_context()
 
 
 def _params(**values: str | int) -> dict[str, str]:
     return {name: str(value) for name, value in values.items() if value not in ("", 0)}
+
+
+def _segment(value: str) -> str:
+    """`value` escaped as one path segment (kernel ids are already plain)."""
+    return quote(value, safe="")
 
 
 async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
