@@ -54,6 +54,18 @@ CHECKPOINT_EVERY = 500
 """Commits between two background WAL checkpoints."""
 _RETENTION_PAGE = 500
 """Executions deleted per write transaction, so retention never stalls the writer long."""
+GROUP_LIMIT = 32
+"""Writers one commit may cover at most, so the first of them never waits long."""
+
+
+class _Group:
+    """Writers sharing one transaction; `done` resolves when its COMMIT did (or failed)."""
+
+    __slots__ = ("done", "members")
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.done = done
+        self.members = 0
 
 
 class SqliteStore:
@@ -66,10 +78,12 @@ class SqliteStore:
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._write_lock = asyncio.Lock()
+        self._group: _Group | None = None
         self._leaders: set[str] = set()
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint: asyncio.Future[None] | None = None
         self._commits = 0
+        self._committed = 0
 
     @property
     def path(self) -> str:
@@ -108,6 +122,7 @@ class SqliteStore:
         await self.checkpointed()
         # Taking the writer lock lets a transaction in progress finish (or roll back) first.
         async with self._write_lock:
+            self._commit_open_group()
             if self._writer is not None:
                 with contextlib.suppress(sqlite3.Error):
                     self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -135,24 +150,130 @@ class SqliteStore:
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[sqlite3.Connection]:
-        async with self._write_lock:
+        """One writer's unit of work, committed before the block's caller goes on.
+
+        Group commit: a writer leaves the transaction open and the COMMIT is made at the
+        event loop's next turn, so every writer that runs before then (each inside a savepoint
+        of its own: its failure undoes only its own writes) shares it. Every member waits for
+        that COMMIT before it returns, so nothing is acknowledged before it is written; under
+        concurrent load the group saves the commits between its members, and alone a writer
+        waits one turn of the loop."""
+        await self._write_lock.acquire()
+        held_open = False
+        try:
             conn = self._connection(self._writer)
-            with driver_errors(self._path):
-                conn.execute("BEGIN IMMEDIATE")
+            group = self._join(conn)
             try:
                 yield conn
             except BaseException:
-                self._rollback(conn)
+                self._undo(conn, group)
                 raise
+            else:
+                self._release(conn, group)
+            finally:
+                held_open = self._settle(conn, group)
+        finally:
+            self._write_lock.release()
+            if held_open:
+                asyncio.get_running_loop().call_soon(self._commit_if_idle)
+        await asyncio.shield(group.done)
+
+    def _join(self, conn: sqlite3.Connection) -> _Group:
+        group = self._group
+        with driver_errors(self._path):
+            if group is None:
+                conn.execute("BEGIN IMMEDIATE")
+                group = self._group = _Group(asyncio.get_running_loop().create_future())
+            else:
+                conn.execute("SAVEPOINT member")
+        group.members += 1
+        return group
+
+    def _undo(self, conn: sqlite3.Connection, group: _Group) -> None:
+        """Rolls back the failed member's writes only; the whole transaction when it is the
+        group's first member, or when SQLite already ended it."""
+        if group.members > 1 and conn.in_transaction:
             try:
-                with driver_errors(self._path):
-                    conn.execute("COMMIT")
-            except BaseException:
+                conn.execute("ROLLBACK TO member")
+                conn.execute("RELEASE member")
+                return
+            except sqlite3.Error as exc:
+                log.warning("rollback to a savepoint failed on %s: %s", self._path, exc)
+        self._end_group(group, lost=group.members > 1)
+        self._rollback(conn)
+
+    def _release(self, conn: sqlite3.Connection, group: _Group) -> None:
+        """Folds a successful member's savepoint into the group's transaction."""
+        if group.members > 1 and conn.in_transaction:
+            try:
+                conn.execute("RELEASE member")
+            except sqlite3.Error as exc:
+                log.warning("releasing a savepoint failed on %s: %s", self._path, exc)
+                self._end_group(group, lost=True)
                 self._rollback(conn)
-                raise
-            self._after_commit()
+
+    def _settle(self, conn: sqlite3.Connection, group: _Group) -> bool:
+        """After a member: keep the transaction open for the writers of this turn of the
+        loop (True), or commit the group now when it is full."""
+        if self._group is not group:  # ended by `_undo`
+            return False
+        if not conn.in_transaction:  # SQLite ended it on its own: nothing of it is left
+            self._end_group(group, lost=True)
+            return False
+        if group.members < GROUP_LIMIT:
+            return True
+        self._commit(conn, group)
+        return False
+
+    def _commit_open_group(self) -> None:
+        """For a holder of the lock that is not a writer: a group left open is committed
+        first, or it would wait for the next writer."""
+        if self._group is not None and self._writer is not None:
+            self._commit(self._writer, self._group)
+
+    def _commit_if_idle(self) -> None:
+        """Commits the open group, unless a writer holds the lock: that one settles the group
+        itself when it is done."""
+        group, conn = self._group, self._writer
+        if group is not None and conn is not None and not self._write_lock.locked():
+            self._commit(conn, group)
+
+    def _commit(self, conn: sqlite3.Connection, group: _Group) -> None:
+        try:
+            with driver_errors(self._path):
+                conn.execute("COMMIT")
+        except Exception as exc:
+            self._rollback(conn)
+            self._end_group(group, error=exc)
+            return
+        self._end_group(group)
+        self._after_commit()
+
+    def _end_group(
+        self, group: _Group, *, lost: bool = False, error: BaseException | None = None
+    ) -> None:
+        if self._group is group:
+            self._group = None
+        if group.done.done():
+            return
+        if lost:
+            error = Unavailable(
+                f"SQLite database {self._path}: the transaction was rolled back before it"
+                " committed; nothing of it was written"
+            )
+        if error is None:
+            group.done.set_result(None)
+        else:
+            group.done.set_exception(error)
+            group.done.exception()  # retrieved here: a member may have stopped waiting
+
+    @property
+    def commits(self) -> int:
+        """COMMITs made since the store opened (a group of writers makes one)."""
+        return self._committed
 
     def _after_commit(self) -> None:
+        self._committed += 1
         self._commits += 1
         if self._commits < CHECKPOINT_EVERY or self._checkpoint is not None:
             return
@@ -169,6 +290,7 @@ class SqliteStore:
         is checkpointed to its end is restarted by the next writer instead of growing."""
         await asyncio.to_thread(_checkpoint, checkpointer)
         async with self._write_lock:
+            self._commit_open_group()
             await asyncio.to_thread(_checkpoint, checkpointer)
 
     async def checkpointed(self) -> None:
