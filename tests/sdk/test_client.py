@@ -3,9 +3,11 @@ approvals, waiting."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from rebuno import NotFoundError, Terminated, ValidationError, tool
+from rebuno import Client, NotFoundError, Terminated, ValidationError, tool
 from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
 from tests.support import wait_until
@@ -95,6 +97,21 @@ async def test_wait_times_out_on_an_execution_that_does_not_end(harness: Harness
 
     with pytest.raises(TimeoutError):
         await harness.client.wait(created.id, timeout=0.3)
+
+
+async def test_wait_holds_its_reads_inside_a_short_request_timeout(harness: Harness) -> None:
+    async def process() -> str:
+        await asyncio.sleep(2.0)
+        return "slow"
+
+    async with harness.serve("slow", process):
+        created = await harness.client.create("slow")
+        # Each held read must end before the 1.5 s request timeout, or waiting would fail.
+        async with Client(base_url=harness.kernel_url, timeout=1.5) as impatient:
+            done = await impatient.wait(created.id, timeout=20)
+
+    assert done.status is ExecutionStatus.COMPLETED
+    assert done.output == "slow"
 
 
 async def test_events_are_paged_by_after_seq(harness: Harness) -> None:

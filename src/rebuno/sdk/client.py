@@ -26,8 +26,10 @@ from rebuno.wire import Pool, Response, TransportError
 
 _WAIT_FIRST_DELAY = 0.05
 _WAIT_MAX_DELAY = 1.0
-# How long the kernel may hold the read of a live execution for `wait` (its long poll).
-_LONG_POLL = "10s"
+# How long the kernel may hold the read of a live execution for `wait` (its long poll): 10 s,
+# or less, so that the held request still ends inside the client's own request timeout.
+_LONG_POLL = 10.0
+_LONG_POLL_MARGIN = 1.0
 _JSON = ("Content-Type", "application/json")
 # One compact encoder for every body: json.dumps with options builds a fresh one per call.
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
@@ -168,10 +170,12 @@ class Client:
         loop = asyncio.get_running_loop()
         delay = _WAIT_FIRST_DELAY
         path = f"/v0/executions/{_segment(execution_id)}"
+        held = min(_LONG_POLL, self._timeout - _LONG_POLL_MARGIN)
+        hold = {"wait": f"{int(held * 1000)}ms"} if held >= _WAIT_FIRST_DELAY else {}
         async with asyncio.timeout(timeout):
             while True:
                 asked = loop.time()
-                response = await self._request("GET", path, params={"wait": _LONG_POLL})
+                response = await self._request("GET", path, params=hold)
                 execution = Execution.model_validate_json(response.body)
                 if execution.status.is_terminal:
                     return execution
