@@ -29,12 +29,12 @@ COLUMNS = (
 WIDTH = 10
 
 _GET = f"SELECT {COLUMNS} FROM dispatches d WHERE d.id = %s"
-RENEW = """
+_RENEW = """
     UPDATE dispatches SET locked_at = %(now)s
     WHERE id = %(dispatch_id)s AND execution_id = %(execution_id)s AND attempt = %(attempt)s
         AND status = 'in_flight'
+    RETURNING 1
 """
-_RENEW_RETURNING = f"{RENEW} RETURNING 1"
 _CLAIM = f"""
     WITH due AS (
         SELECT id FROM dispatches
@@ -106,7 +106,7 @@ async def get(conn: Connection, dispatch_id: str) -> Dispatch | None:
 
 
 async def renew_lease(conn: Connection, execution_id: str, lease: Lease, now: datetime) -> bool:
-    cur = await conn.execute(_RENEW_RETURNING, lease_params(execution_id, lease, now))
+    cur = await conn.execute(_RENEW, lease_params(execution_id, lease, now))
     return await cur.fetchone() is not None
 
 

@@ -1,10 +1,10 @@
 """`load_submission` and `load_completion`: everything a step submission, or a step's
 completion, reads, each in one statement.
 
-The statement renews the lease (strong check), reads the occurrence counter, the execution
-and the step recorded under that occurrence together. It must run as its own statement
-*after* the execution lock was taken: a statement's snapshot is fixed when it starts, so
-fusing the lock into it would read what was committed before the lock was granted.
+A submission is one call of `rebuno_load_submission` (migration 004): it takes the execution's
+lock (unless the transaction holds it already), renews the lease (strong check), reads the
+occurrence counter, the execution, its agent's bundle and the step recorded under that
+occurrence, and the steps whose completions the request carries.
 Must import only psycopg, the domain, `store.base` and this package.
 """
 
@@ -19,55 +19,47 @@ from rebuno.kernel.store.base import Completion, StepKey, Submission
 from rebuno.kernel.store.postgres import dispatches, executions, steps
 from rebuno.kernel.store.postgres.connection import Connection
 
-# The step is found by its unique key (execution, kind, target, args_hash, occurrence) rather
-# than by the id that occurrence yields: the id is a hash of exactly that key, so both name
-# the same row, and the key lets one statement do what would otherwise take two.
-_LOAD = f"""
-    WITH renewed AS ({dispatches.RENEW} RETURNING 1),
-    next AS (
-        SELECT COALESCE((
-            SELECT consumed + 1 FROM dispatch_step_counters
-            WHERE dispatch_id = %(dispatch_id)s AND kind = %(kind)s AND target = %(target)s
-                AND args_hash = %(args_hash)s
-        ), 0) AS occurrence
-    )
-    SELECT {executions.COLUMNS}, EXISTS (SELECT 1 FROM renewed), next.occurrence,
-        a.policy_bundle, {steps.COLUMNS}
-    FROM executions e
-    CROSS JOIN next
-    LEFT JOIN agents a ON a.id = e.agent_id
-    LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = %(kind)s
-        AND s.target = %(target)s AND s.args_hash = %(args_hash)s
-        AND s.occurrence = next.occurrence
-    WHERE e.id = %(execution_id)s
-"""
+_LOAD = "SELECT * FROM rebuno_load_submission(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_MAIN, _CARRIED = 0, 1
 
 
 async def load(
     conn: Connection,
+    lock: int | None,
     execution_id: str,
     lease: Lease,
     key: StepKey,
     now: datetime,
     completing: Sequence[str] = (),
 ) -> Submission:
-    params = dispatches.lease_params(execution_id, lease, now)
-    params.update(kind=key.kind.value, target=key.target, args_hash=key.args_hash)
+    """`lock`: the execution's advisory-lock key, or None when the transaction holds it."""
+    params = (
+        lock,
+        execution_id,
+        lease.dispatch_id,
+        lease.attempt,
+        now,
+        key.kind.value,
+        key.target,
+        key.args_hash,
+        list(completing),
+    )
     cur = await conn.execute(_LOAD, params)
-    # Queued behind the first read in the same pipeline: both answers come in one round trip.
-    carried = await steps.query_many(conn, completing) if completing else None
-    row = await cur.fetchone()
-    if row is None:
+    rows = await cur.fetchall()
+    main = [row for row in rows if row[0] == _MAIN]
+    if not main:
         raise NotFound(f"execution {execution_id} not found")
-    width = executions.WIDTH
+    row = main[0]
+    width = executions.WIDTH + 1
     step_row = row[width + 3 :]
+    carried = [steps.from_row(r[width + 3 :]) for r in rows if r[0] == _CARRIED]
     return Submission(
-        execution=executions.from_row(row[:width]),
+        execution=executions.from_row(row[1:width]),
         lease_live=bool(row[width]),
         occurrence=int(row[width + 1]),
         existing=None if step_row[0] is None else steps.from_row(step_row),
         policy_bundle=row[width + 2],
-        completing=() if carried is None else tuple(await steps.fetch_many(carried, execution_id)),
+        completing=tuple(step for step in carried if step.execution_id == execution_id),
     )
 
 

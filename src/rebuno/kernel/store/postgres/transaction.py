@@ -52,30 +52,39 @@ _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 class PostgresTransaction:
     """One unit of work; `PostgresStore.transaction` begins, commits or rolls it back."""
 
-    __slots__ = ("_conn", "_server", "_writes")
+    __slots__ = ("_conn", "_lock", "_server", "_writes")
 
-    def __init__(self, conn: Connection, server: Server) -> None:
+    def __init__(self, conn: Connection, server: Server, lock: int | None) -> None:
         self._conn = conn
         self._server = server
+        self._lock = lock
+        """The execution's advisory-lock key until the lock is queued: the submission's read
+        takes it itself, anything else queues it first."""
         self._writes = writes.Writes()
 
     async def _run(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Runs `call(conn, *args)` (a read, or a write `rebuno_apply` does not do) after the
-        collected writes: a read sees the transaction's own writes, and writes keep their
-        order."""
+        lock and the collected writes: a read sees the transaction's own writes, and writes
+        keep their order."""
         with translated(self._server):
-            if self._writes:
-                await self._conn.execute(writes.APPLY, (self._writes.take(),))
+            await self._send_queued()
             return await call(self._conn, *args)
+
+    async def _send_queued(self) -> None:
+        if self._lock is not None:
+            await self._conn.execute(_LOCK, (self._lock,))
+            self._lock = None
+        if self._writes:
+            await self._conn.execute(writes.APPLY, (self._writes.take(),))
 
     def _queue(self, op: writes.Op) -> None:
         self._writes.add(op)
 
     async def flush(self) -> None:
-        """Queues the collected writes in the pipeline, as one statement."""
-        if self._writes:
-            with translated(self._server):
-                await self._conn.execute(writes.APPLY, (self._writes.take(),))
+        """Queues the lock, when no statement took it yet, and the collected writes, as one
+        statement."""
+        with translated(self._server):
+            await self._send_queued()
 
     def discard(self) -> None:
         """Forgets the collected writes (the transaction is being rolled back)."""
@@ -95,7 +104,11 @@ class PostgresTransaction:
         completing: Sequence[str] = (),
     ) -> Submission:
         # `step_id_for` is not needed: the statement finds the step by its unique key.
-        return await self._run(submissions.load, execution_id, lease, key, now, completing)
+        lock = None
+        if not self._writes:  # writes go after the lock: with some queued, it goes first
+            lock, self._lock = self._lock, None
+        load = submissions.load
+        return await self._run(load, lock, execution_id, lease, key, now, completing)
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str
@@ -200,12 +213,12 @@ async def pipelined(
     try:
         try:
             async with conn.pipeline() as pipeline:
-                # Queued, not awaited: they go out with the block's first read (or with the
-                # COMMIT), and the lock is granted before that read's snapshot is taken.
+                # Queued, not awaited: it goes out with the block's first read (or with the
+                # COMMIT). The execution's lock is taken by that first read, or just before it,
+                # so it is granted before the read's snapshot is taken.
                 await conn.execute(_BEGIN, prepare=False)
-                if execution_id is not None:
-                    await conn.execute(_LOCK, (execution_lock_key(execution_id),))
-                tx = PostgresTransaction(conn, server)
+                lock = None if execution_id is None else execution_lock_key(execution_id)
+                tx = PostgresTransaction(conn, server, lock)
                 try:
                     yield tx
                 except BaseException:
