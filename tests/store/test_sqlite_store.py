@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -138,6 +139,16 @@ class Boom(Exception):
     pass
 
 
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(str(tmp_path / "kernel.db"))
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 async def _append(store: SqliteStore, execution_id: str, seq: int, fail: bool = False) -> int:
     """One writer: appends event `seq`; returns how many commits the store had made when the
     writer's transaction returned."""
@@ -150,105 +161,89 @@ async def _append(store: SqliteStore, execution_id: str, seq: int, fail: bool = 
 
 
 async def test_concurrent_writers_share_commits_and_each_returns_after_its_commit(
-    tmp_path: Path,
+    sqlite_store: SqliteStore,
 ) -> None:
-    store = SqliteStore(str(tmp_path / "kernel.db"))
-    await store.open()
-    try:
-        created = await seed_execution(store)
-        before = store.commits
+    store = sqlite_store
+    created = await seed_execution(store)
+    before = store.commits
 
-        async def writer(seq: int) -> None:
-            await _append(store, created.id, seq)
-            # Acknowledged means committed: a fresh connection sees the row at once.
-            with sqlite3.connect(store.path) as other:
-                found = other.execute(
-                    "SELECT count(*) FROM events WHERE execution_id = ? AND event_seq = ?",
-                    (created.id, seq),
-                ).fetchone()[0]
-            assert found == 1, seq
+    async def writer(seq: int) -> None:
+        await _append(store, created.id, seq)
+        # Acknowledged means committed: a fresh connection sees the row at once.
+        with sqlite3.connect(store.path) as other:
+            found = other.execute(
+                "SELECT count(*) FROM events WHERE execution_id = ? AND event_seq = ?",
+                (created.id, seq),
+            ).fetchone()[0]
+        assert found == 1, seq
 
-        await asyncio.gather(*(writer(seq) for seq in range(1, 21)))
+    await asyncio.gather(*(writer(seq) for seq in range(1, 21)))
 
-        assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == list(
-            range(1, 21)
-        )
-        assert store.commits - before < 20
-    finally:
-        await store.close()
+    assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == list(range(1, 21))
+    assert store.commits - before < 20
 
 
-async def test_a_failing_writer_in_a_group_loses_only_its_own_writes(tmp_path: Path) -> None:
-    store = SqliteStore(str(tmp_path / "kernel.db"))
-    await store.open()
-    try:
-        created = await seed_execution(store)
-        outcomes = await asyncio.gather(
-            *(_append(store, created.id, seq, fail=seq % 3 == 0) for seq in range(1, 10)),
-            return_exceptions=True,
-        )
+async def test_a_failing_writer_in_a_group_loses_only_its_own_writes(
+    sqlite_store: SqliteStore,
+) -> None:
+    store = sqlite_store
+    created = await seed_execution(store)
+    outcomes = await asyncio.gather(
+        *(_append(store, created.id, seq, fail=seq % 3 == 0) for seq in range(1, 10)),
+        return_exceptions=True,
+    )
 
-        failed = [seq for seq, outcome in enumerate(outcomes, 1) if isinstance(outcome, Boom)]
-        assert failed == [3, 6, 9]
-        logged = [e.event_seq for e in await store.list_events(created.id, 0, 100)]
-        assert logged == [1, 2, 4, 5, 7, 8]
-    finally:
-        await store.close()
+    failed = [seq for seq, outcome in enumerate(outcomes, 1) if isinstance(outcome, Boom)]
+    assert failed == [3, 6, 9]
+    logged = [e.event_seq for e in await store.list_events(created.id, 0, 100)]
+    assert logged == [1, 2, 4, 5, 7, 8]
 
 
 async def test_a_failed_group_commit_fails_every_member_and_keeps_none_of_them(
-    tmp_path: Path,
+    sqlite_store: SqliteStore,
 ) -> None:
-    store = SqliteStore(str(tmp_path / "kernel.db"))
-    await store.open()
-    try:
-        created = await seed_execution(store)
+    store = sqlite_store
+    created = await seed_execution(store)
 
-        async def orphan() -> None:
-            # A foreign key checked only at COMMIT: the whole group's commit fails.
-            async with store.transaction(created.id) as tx:
-                tx._conn.execute("PRAGMA defer_foreign_keys = ON")  # type: ignore[attr-defined]
-                await tx.append_events([event("no-such-execution", 1)])
-                await asyncio.sleep(0)
+    async def orphan() -> None:
+        # A foreign key checked only at COMMIT: the whole group's commit fails.
+        async with store.transaction(created.id) as tx:
+            tx._conn.execute("PRAGMA defer_foreign_keys = ON")
+            await tx.append_events([event("no-such-execution", 1)])
+            await asyncio.sleep(0)
 
-        outcomes = await asyncio.gather(
-            _append(store, created.id, 1),
-            orphan(),
-            _append(store, created.id, 2),
-            return_exceptions=True,
-        )
+    outcomes = await asyncio.gather(
+        _append(store, created.id, 1),
+        orphan(),
+        _append(store, created.id, 2),
+        return_exceptions=True,
+    )
 
-        assert all(isinstance(outcome, Exception) for outcome in outcomes), outcomes
-        assert await store.list_events(created.id, 0, 100) == []
-        # The store goes on: the next writer commits on its own.
-        await _append(store, created.id, 3)
-        assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == [3]
-    finally:
-        await store.close()
+    assert all(isinstance(outcome, Exception) for outcome in outcomes), outcomes
+    assert await store.list_events(created.id, 0, 100) == []
+    # The store goes on: the next writer commits on its own.
+    await _append(store, created.id, 3)
+    assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == [3]
 
 
 async def test_a_group_left_open_for_a_writer_that_was_cancelled_still_commits(
-    tmp_path: Path,
+    sqlite_store: SqliteStore,
 ) -> None:
-    store = SqliteStore(str(tmp_path / "kernel.db"))
-    await store.open()
-    try:
-        created = await seed_execution(store)
-        queued: asyncio.Task[int] | None = None
+    store = sqlite_store
+    created = await seed_execution(store)
+    queued: asyncio.Task[int] | None = None
 
-        async def first() -> None:
-            nonlocal queued
-            async with store.transaction(created.id) as tx:
-                await tx.append_events([event(created.id, 1)])
-                queued = asyncio.create_task(_append(store, created.id, 2))
-                await asyncio.sleep(0)  # `queued` now waits for the lock
-                # It is cancelled before it ever takes the lock, but after this writer saw
-                # it waiting: the group this writer leaves open has no one to commit it.
-                queued.cancel()
+    async def first() -> None:
+        nonlocal queued
+        async with store.transaction(created.id) as tx:
+            await tx.append_events([event(created.id, 1)])
+            queued = asyncio.create_task(_append(store, created.id, 2))
+            await asyncio.sleep(0)  # `queued` now waits for the lock
+            # It is cancelled before it ever takes the lock: the group this writer leaves
+            # open must be committed without it.
+            queued.cancel()
 
-        await asyncio.wait_for(first(), timeout=5)
+    await asyncio.wait_for(first(), timeout=5)
 
-        assert queued is not None and queued.cancelled()
-        assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == [1]
-    finally:
-        await store.close()
+    assert queued is not None and queued.cancelled()
+    assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == [1]
