@@ -94,9 +94,7 @@ def targets(sizes: Sizes) -> dict[str, dict[str, Target]]:
     recovery = Target("<=", sizes.lease_seconds + 1)
     return {
         "A.span_marginal_per_step": {"sqlite": Target("<=", 0.70), "postgres": Target("<=", 1.0)},
-        "A.span_marginal_scaled": {"sqlite": Target("<=", 0.70), "postgres": Target("<=", 1.0)},
         "B.steps_per_s": {"sqlite": Target(">=", 3000), "postgres": Target(">=", 2500)},
-        "B.steps_per_s_scaled": {"sqlite": Target(">=", 3000), "postgres": Target(">=", 2500)},
         "C.recovery": dict.fromkeys(both, recovery),
         "D.kernel_peak_rss_mib": dict.fromkeys(both, Target("<=", 150)),
         "E.replay_per_step_spread": dict.fromkeys(both, Target("<=", 20)),

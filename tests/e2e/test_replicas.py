@@ -57,9 +57,11 @@ def start(postgres_url: str, tmp_path: Path) -> Iterator[Any]:
     """Starts replicas on the test's database; every one is stopped afterwards."""
     started: list[Server] = []
 
-    def replica(manifest: Path, db_url: str = postgres_url) -> Server:
+    def replica(
+        manifest: Path, db_url: str = postgres_url, env: dict[str, str] | None = None
+    ) -> Server:
         log = tmp_path / f"replica-{len(started) + 1}.log"
-        server = Server(db_url, TOKEN, log, manifest=manifest, env=FAST)
+        server = Server(db_url, TOKEN, log, manifest=manifest, env={**FAST, **(env or {})})
         started.append(server)
         return server
 
@@ -147,10 +149,13 @@ def test_lease_of_a_killed_replica_is_redelivered_by_a_survivor(
     tmp_path: Path, start: Any, agent: AgentClient
 ) -> None:
     survivor: list[Server] = []
+    survivor_up = threading.Event()
     errors: list[BaseException] = []
 
     def run_agent(lease: Delivery) -> None:
         try:
+            # The survivor may redeliver before `start` has even returned it.
+            assert survivor_up.wait(30), "the survivor never started"
             decision = agent.submit(survivor[0].url, lease, "echo", {"once": True})
             finish(agent, survivor[0].url, lease, [decision["step_id"]])
         except BaseException as exc:  # surfaced by the test thread below
@@ -159,10 +164,14 @@ def test_lease_of_a_killed_replica_is_redelivered_by_a_survivor(
 
     receiver = WebhookReceiver(SECRET, on_delivery=run_agent, hold_first=True)
     manifest = write_manifest(tmp_path, receiver.url)
-    doomed = start(manifest)
+    # Every replica reaps expired leases with its own default lease. The doomed one's is long,
+    # so it never takes back the held delivery itself, however long the survivor takes to
+    # start: the redelivery is the survivor's.
+    doomed = start(manifest, env={"REBUNO_DISPATCH_LEASE_TIMEOUT": "120s"})
     execution_id = create(doomed)
     poll(receiver.held.is_set, 20, "the first delivery to arrive and be held")
     survivor.append(start(manifest))
+    survivor_up.set()
 
     doomed.kill()
     receiver.release()
