@@ -178,11 +178,12 @@ class DispatchLoop:
     async def run(self) -> None:
         try:
             while True:
-                # Cleared before the claim: a wake-up that arrives during it is not lost.
+                # Cleared before the claim: a wake-up that arrives during it is not lost. A claim
+                # takes every due dispatch it has room for, so without one there is nothing to
+                # claim again until a wake-up (an enqueue, a worker freed at full capacity) or
+                # the poll interval (a retry coming due).
                 self._wakeup.clear()
-                claimed = await self._claim()
-                if claimed and self._idle > 0:
-                    continue
+                await self._claim()
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
                 # that races the wake-up, and the loop would never stop.
                 with contextlib.suppress(TimeoutError):
@@ -194,14 +195,14 @@ class DispatchLoop:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _claim(self) -> int:
+    async def _claim(self) -> None:
         if self._idle <= 0:
-            return 0
+            return
         try:
             batch = await self._kernel.claim(self._idle)
         except Exception:
             log.exception("claiming dispatches failed; retrying after the idle poll")
-            return 0
+            return
         for claimed in batch:
             self._idle -= 1
             metrics.delivery_started()
@@ -210,7 +211,6 @@ class DispatchLoop:
             )
             self._workers.add(worker)
             worker.add_done_callback(self._workers.discard)
-        return len(batch)
 
     async def _deliver(self, claimed: ClaimedDispatch) -> None:
         try:
@@ -225,4 +225,5 @@ class DispatchLoop:
         finally:
             metrics.delivery_finished()
             self._idle += 1
-            self._wakeup.set()
+            if self._idle == 1:  # a claim may have found no room: look again now
+                self._wakeup.set()
