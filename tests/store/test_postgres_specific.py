@@ -24,6 +24,7 @@ import pytest
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.postgres import PostgresStore
 from rebuno.kernel.store.postgres.migrations import available
+from rebuno.protocol.enums import ExecutionStatus
 from tests.store.builders import dispatch, event, seed_dispatch, seed_execution
 from tests.support import START, wait_until
 
@@ -203,6 +204,57 @@ async def test_watch_dispatches_wakes_another_replica_once_the_insert_commits(
             await tx.insert_dispatch(dispatch(created.id))
 
         await wait_until(lambda: wakes.count == 2, message="woken by the insert")
+    finally:
+        watcher.cancel()
+
+
+async def test_watch_dispatches_skips_the_enqueues_of_its_own_store(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    created = await seed_execution(replicas[0])
+    first, second = _Wakes(), _Wakes()
+    watchers = [
+        asyncio.create_task(replicas[0].watch_dispatches(first)),
+        asyncio.create_task(replicas[1].watch_dispatches(second)),
+    ]
+    try:
+        await wait_until(lambda: first.count == second.count == 1, message="both listening")
+
+        async with replicas[0].transaction(created.id) as tx:
+            await tx.insert_dispatch(dispatch(created.id))
+        async with replicas[1].transaction(created.id) as tx:
+            await tx.insert_dispatch(dispatch(created.id))
+
+        # Notifications arrive in commit order: once each listener has seen the other
+        # store's insert, it has seen (and skipped) its own store's as well.
+        await wait_until(lambda: first.count == second.count == 2, message="woken by the other")
+        assert (first.count, second.count) == (2, 2)
+    finally:
+        for watcher in watchers:
+            watcher.cancel()
+
+
+async def test_watch_dispatches_reports_an_execution_another_replica_ended(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    created = await seed_execution(replicas[0], status=ExecutionStatus.PENDING)
+    wakes, ended = _Wakes(), list[str]()
+    watcher = asyncio.create_task(replicas[1].watch_dispatches(wakes, ended.append))
+    try:
+        await wait_until(lambda: wakes.count == 1, message="the listener is ready")
+
+        running = replace(created, status=ExecutionStatus.RUNNING, last_event_seq=1)
+        done = replace(running, status=ExecutionStatus.COMPLETED, output="1", last_event_seq=2)
+        for changed in (running, done):
+            async with replicas[0].transaction(created.id) as tx:
+                await tx.update_execution(changed)
+
+        await wait_until(lambda: ended == [created.id], message="told of the end")
+        # The start was not reported: only the end is, once.
+        async with replicas[0].transaction(created.id) as tx:
+            await tx.insert_dispatch(dispatch(created.id))
+        await wait_until(lambda: wakes.count == 2, message="a later notification")
+        assert ended == [created.id]
     finally:
         watcher.cancel()
 

@@ -179,7 +179,7 @@ def _background(
 ) -> list[tuple[str, Coroutine[Any, Any, None]]]:
     jobs: list[tuple[str, Coroutine[Any, Any, None]]] = [
         ("dispatch-loop", dispatch_loop.run()),
-        ("dispatch-watch", kernel.store.watch_dispatches(dispatch_loop.wake)),
+        ("dispatch-watch", kernel.store.watch_dispatches(dispatch_loop.wake, kernel.ended)),
     ]
     if isinstance(bus, PostgresBus):
         jobs.append(("stream-bus", bus.run()))

@@ -282,9 +282,12 @@ class Store(Protocol):
         of all pending or failed dispatches became or becomes due, if any."""
         ...
 
-    async def watch_dispatches(self, wake: Callable[[], None]) -> None:
+    async def watch_dispatches(
+        self, wake: Callable[[], None], ended: Callable[[str], None] | None = None
+    ) -> None:
         """Runs until cancelled, calling `wake` whenever another process enqueued a
-        dispatch (Postgres: LISTEN). A single-process backend returns at once."""
+        dispatch, and `ended(execution_id)` whenever another process ended an execution
+        (Postgres: LISTEN). A single-process backend returns at once."""
         ...
 
     async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:

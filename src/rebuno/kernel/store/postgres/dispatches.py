@@ -19,7 +19,7 @@ from rebuno.kernel.store.postgres.connection import Connection
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 
 CHANNEL = "rebuno_dispatch"
-"""Notified by `rebuno_apply` (migration 003) when a dispatch is inserted."""
+"""Notified by `rebuno_apply` when a dispatch is inserted, with the enqueuing store's tag."""
 RECLAIM_PAGE = 100
 
 COLUMNS = (

@@ -1,4 +1,5 @@
-"""The dispatch listener: LISTEN on `rebuno_dispatch` over a dedicated connection.
+"""The replica listener: LISTEN on `rebuno_dispatch` (a dispatch was enqueued) and on
+`rebuno_execution` (an execution ended) over a dedicated connection.
 
 A pooled connection cannot listen (it is handed to other work between uses), so the listener
 keeps one of its own, probes it when it has been quiet for a while (a dead peer would
@@ -19,6 +20,9 @@ import psycopg
 from rebuno.kernel.store.postgres.connection import Server
 from rebuno.kernel.store.postgres.dispatches import CHANNEL
 
+ENDED_CHANNEL = "rebuno_execution"
+"""Notified by `rebuno_apply` (migration 005) when an execution reaches a terminal status."""
+
 log = logging.getLogger(__name__)
 
 _PROBE_INTERVAL_SECONDS = 30.0
@@ -27,11 +31,21 @@ _MAX_BACKOFF_SECONDS = 10.0
 
 
 class DispatchListener:
-    """Calls `wake` per notification until cancelled."""
+    """Until cancelled, calls `wake` per dispatch enqueued by another store (one not tagged
+    `tag`: this store's own enqueues woke its loop already) and `ended` per execution that
+    reached a terminal status."""
 
-    def __init__(self, server: Server, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        server: Server,
+        tag: str,
+        wake: Callable[[], None],
+        ended: Callable[[str], None] | None = None,
+    ) -> None:
         self._server = server
+        self._tag = tag
         self._wake = wake
+        self._ended = ended
         self._backoff = _FIRST_BACKOFF_SECONDS
 
     async def run(self) -> None:
@@ -54,9 +68,18 @@ class DispatchListener:
         conn = await psycopg.AsyncConnection.connect(self._server.conninfo, autocommit=True)
         async with conn:
             await conn.execute(f"LISTEN {CHANNEL}")
+            if self._ended is not None:
+                await conn.execute(f"LISTEN {ENDED_CHANNEL}")
             self._backoff = _FIRST_BACKOFF_SECONDS
             self._wake()
             while True:
-                async for _ in conn.notifies(timeout=_PROBE_INTERVAL_SECONDS):
-                    self._wake()
+                async for notify in conn.notifies(timeout=_PROBE_INTERVAL_SECONDS):
+                    self._route(notify.channel, notify.payload)
                 await conn.execute("SELECT 1")
+
+    def _route(self, channel: str, payload: str) -> None:
+        if channel == CHANNEL:
+            if payload != self._tag:
+                self._wake()
+        elif channel == ENDED_CHANNEL and self._ended is not None:
+            self._ended(payload)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -67,6 +68,8 @@ class PostgresStore:
             raise ValueError(f"invalid pool size: min {min_size}, max {max_size}")
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._pool_check: asyncio.Task[None] | None = None
+        self._tag = secrets.token_hex(8)
+        """Names this store in its notifications, so its own listener can skip them."""
 
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
@@ -143,7 +146,10 @@ class PostgresStore:
     async def transaction(
         self, execution_id: str | None = None
     ) -> AsyncIterator[PostgresTransaction]:
-        async with self._connection() as conn, pipelined(conn, self._server, execution_id) as tx:
+        async with (
+            self._connection() as conn,
+            pipelined(conn, self._server, execution_id, self._tag) as tx,
+        ):
             yield tx
 
     @contextlib.asynccontextmanager
@@ -221,8 +227,10 @@ class PostgresStore:
     async def dispatch_queue(self, now: datetime) -> tuple[int, datetime | None]:
         return await self._read(dispatches.queue, now)
 
-    async def watch_dispatches(self, wake: Callable[[], None]) -> None:
-        await DispatchListener(self._server, wake).run()
+    async def watch_dispatches(
+        self, wake: Callable[[], None], ended: Callable[[str], None] | None = None
+    ) -> None:
+        await DispatchListener(self._server, self._tag, wake, ended).run()
 
     async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:
         total = 0

@@ -52,11 +52,12 @@ _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 class PostgresTransaction:
     """One unit of work; `PostgresStore.transaction` begins, commits or rolls it back."""
 
-    __slots__ = ("_conn", "_lock", "_server", "_writes")
+    __slots__ = ("_conn", "_lock", "_server", "_tag", "_writes")
 
-    def __init__(self, conn: Connection, server: Server, lock: int | None) -> None:
+    def __init__(self, conn: Connection, server: Server, lock: int | None, tag: str) -> None:
         self._conn = conn
         self._server = server
+        self._tag = tag
         self._lock = lock
         """The execution's advisory-lock key until the lock is queued: the submission's read
         takes it itself, anything else queues it first."""
@@ -179,7 +180,7 @@ class PostgresTransaction:
         self._queue(writes.set_occurrence(dispatch_id, key, consumed))
 
     async def insert_dispatch(self, dispatch: Dispatch) -> None:
-        self._queue(writes.insert_dispatch(dispatch))
+        self._queue(writes.insert_dispatch(dispatch, self._tag))
 
     async def retire_dispatches(self, execution_id: str, now: datetime) -> None:
         self._queue(writes.retire_dispatches(execution_id, now))
@@ -205,10 +206,11 @@ class PostgresTransaction:
 
 @contextlib.asynccontextmanager
 async def pipelined(
-    conn: Connection, server: Server, execution_id: str | None
+    conn: Connection, server: Server, execution_id: str | None, tag: str
 ) -> AsyncIterator[PostgresTransaction]:
     """Begins a transaction on `conn` (taking the execution's lock when an id is given),
-    commits it when the block exits normally and rolls it back when it raises."""
+    commits it when the block exits normally and rolls it back when it raises. `tag` names
+    the store in the notifications the transaction sends."""
     rolled_back = False
     try:
         try:
@@ -218,7 +220,7 @@ async def pipelined(
                 # so it is granted before the read's snapshot is taken.
                 await conn.execute(_BEGIN, prepare=False)
                 lock = None if execution_id is None else execution_lock_key(execution_id)
-                tx = PostgresTransaction(conn, server, lock)
+                tx = PostgresTransaction(conn, server, lock, tag)
                 try:
                     yield tx
                 except BaseException:

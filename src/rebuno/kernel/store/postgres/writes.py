@@ -1,4 +1,4 @@
-"""A transaction's writes, queued as operations of `rebuno_apply` (migration 003) and sent as
+"""A transaction's writes, queued as operations of `rebuno_apply` (migrations 003, 005) and sent as
 one statement: the driver's cost is per statement, and a step writes five to seven rows.
 
 Each function here turns a record into the operation's JSON array, in the order of the values
@@ -121,7 +121,8 @@ def set_occurrence(dispatch_id: str, key: StepKey, consumed: int) -> Op:
     return ["set_occurrence", dispatch_id, key.kind.value, key.target, key.args_hash, consumed]
 
 
-def insert_dispatch(d: Dispatch) -> Op:
+def insert_dispatch(d: Dispatch, tag: str) -> Op:
+    """`tag` names the enqueuing store in the dispatch notification (migration 005)."""
     return [
         "insert_dispatch",
         d.id,
@@ -134,6 +135,7 @@ def insert_dispatch(d: Dispatch) -> Op:
         d.locked_at,
         d.created_at,
         d.updated_at,
+        tag,
     ]
 
 

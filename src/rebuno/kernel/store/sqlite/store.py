@@ -384,7 +384,9 @@ class SqliteStore:
     async def dispatch_queue(self, now: datetime) -> tuple[int, datetime | None]:
         return self._read(dispatches.queue, now)
 
-    async def watch_dispatches(self, wake: Callable[[], None]) -> None:
+    async def watch_dispatches(
+        self, wake: Callable[[], None], ended: Callable[[str], None] | None = None
+    ) -> None:
         # Every enqueuer lives in this process and wakes its own loop.
         return
 
