@@ -141,3 +141,16 @@ def test_typed_flag_values_are_accepted() -> None:
 )
 def test_listen_addr_splits_into_host_and_port(addr: str, expected: tuple[str, int]) -> None:
     assert split_listen_addr(addr) == expected
+
+
+def test_workers_run_on_postgresql_only_and_dev_is_one_process() -> None:
+    server = load_settings(dev=False, flags={"workers": "3"}, env=SERVER_ENV)
+    assert server.workers == 3
+
+    with pytest.raises(ValidationFailed, match="needs PostgreSQL"):
+        load_settings(
+            dev=False,
+            flags={"workers": "2", "db_url": "sqlite:///kernel.db"},
+            env=SERVER_ENV,
+        )
+    assert load_settings(dev=True, flags={}, env={"REBUNO_WORKERS": "4"}).workers == 1

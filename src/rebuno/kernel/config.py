@@ -58,6 +58,8 @@ class Settings:
     replica_id: str = field(default="")
     max_body_bytes: int = 10 * 1024 * 1024
     sse_keepalive: timedelta = timedelta(seconds=15)
+    workers: int = 1
+    """Kernel processes sharing the listening socket (PostgreSQL only; `rebuno server`)."""
 
 
 # -- value parsers: text in, typed value out, ValueError with a reason otherwise -------------
@@ -200,6 +202,7 @@ _OPTIONS = (
     _Option("leader_lock_key", "REBUNO_LEADER_LOCK_KEY", _text),
     _Option("accept_body_signatures", "REBUNO_ACCEPT_BODY_SIGNATURES", _boolean),
     _Option("sse_keepalive", "REBUNO_SSE_KEEPALIVE", _positive_duration),
+    _Option("workers", "REBUNO_WORKERS", _positive_int),
 )
 _BY_NAME = {option.name: option for option in _OPTIONS}
 _UNSET = object()
@@ -230,12 +233,19 @@ def load_settings(*, dev: bool, flags: Mapping[str, object], env: Mapping[str, s
 
 def _finish(dev: bool, values: dict[str, Any]) -> Settings:
     if dev:
-        # Bearer auth is off in dev whatever the environment says (§18.1).
+        # Bearer auth is off in dev whatever the environment says (§18.1), and dev is one
+        # process (its console reads the terminal).
         values.pop("bearer_token", None)
+        values.pop("workers", None)
     else:
         _require(values, "db_url", "REBUNO_DB_URL (--db-url) required in server mode")
         _require(
             values, "bearer_token", "REBUNO_BEARER_TOKEN (--bearer-token) required in server mode"
+        )
+    if values.get("workers", 1) > 1 and str(values.get("db_url", "")).startswith("sqlite"):
+        raise ValidationFailed(
+            "REBUNO_WORKERS (--workers) above 1 needs PostgreSQL: an SQLite store is written"
+            " by one process"
         )
     values.setdefault("replica_id", default_replica_id())
     return dataclasses.replace(Settings(dev=dev), **values)

@@ -1,15 +1,23 @@
 """The composition root: settings to store, services, dispatcher, API and background loops.
 
 The only module that names a concrete store backend. `serve` runs one replica until SIGINT or
-SIGTERM; `run` is its synchronous entry point on the fastest available event loop.
+SIGTERM; `run` is its synchronous entry point on the fastest available event loop, and with
+`workers` above 1 it forks that many replicas sharing one listening socket and supervises them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
 import logging
+import os
+import signal
 import socket
 import sys
+import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +26,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from rebuno.kernel.api.app import create_app
-from rebuno.kernel.config import Settings, split_listen_addr
+from rebuno.kernel.config import Settings, default_replica_id, split_listen_addr
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
@@ -35,6 +43,8 @@ log = logging.getLogger("rebuno.kernel")
 GRACEFUL_SHUTDOWN_SECONDS = 10
 CANCEL_ROUNDS = 5
 CANCEL_GRACE_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a process gets when its parent dies (Linux)."""
 
 
 class ServerError(KernelError):
@@ -117,14 +127,15 @@ async def serve(
     *,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Runs one replica until SIGINT/SIGTERM, or until `stop` is set (the REPL's `quit`, from
     another thread through `loop.call_soon_threadsafe(stop.set)`). Serves with HTTP metrics,
     log lines carrying the ids of their request or delivery, and tracing when
-    `otel_endpoint` is set."""
+    `otel_endpoint` is set. `sock`: a listening socket bound already (a worker's)."""
     tracing = Tracing.from_settings(settings)
     install_log_correlation()
-    sock = bind(settings.listen_addr)
+    sock = sock or bind(settings.listen_addr)
     store = open_store(settings)
     await store.open()
     deliverer = HttpDeliverer(settings.dispatch_timeout.total_seconds())
@@ -227,7 +238,15 @@ def run(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Synchronous entry point of `serve`: uvloop when installed, the default loop otherwise."""
+    """Synchronous entry point of `serve`: uvloop when installed, the default loop otherwise.
+    With `settings.workers` above 1, forks the workers and supervises them instead."""
+    if settings.workers > 1:
+        _run_workers(settings)
+        return
+    _run_loop(serve(settings, stop=stop, on_ready=on_ready))
+
+
+def _run_loop(main: Coroutine[Any, Any, None]) -> None:
     try:
         import uvloop
 
@@ -235,4 +254,95 @@ def run(
     except ImportError:  # uvloop is optional (not on every platform)
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve(settings, stop=stop, on_ready=on_ready))
+        runner.run(main)
+
+
+def _run_workers(settings: Settings) -> None:
+    """Forks `settings.workers` replicas on one listening socket (the operating system spreads
+    the connections) and waits for them. SIGTERM or SIGINT stops them all gracefully; a worker
+    that exits on its own stops the others, and the supervisor then fails with its status.
+    Forked before any event loop or thread exists here, so each worker starts clean."""
+    sock = bind(settings.listen_addr)
+    workers: dict[int, int] = {}
+    try:
+        for index in range(settings.workers):
+            pid = os.fork()
+            if pid == 0:
+                _worker(settings, sock, index)
+            workers[pid] = index
+    finally:
+        sock.close()  # the workers hold their own copies
+    failed = _supervise(workers)
+    if failed:
+        raise ServerError(f"worker {failed[0]} exited with status {failed[1]}")
+
+
+def _worker(settings: Settings, sock: socket.socket, index: int) -> None:
+    """A forked worker: one replica of its own (own replica id, pool, loops); never returns."""
+    status = 0
+    try:
+        _stop_with_supervisor(os.getppid())
+        own = dataclasses.replace(settings, workers=1, replica_id=default_replica_id())
+        announce = _announce if index == 0 else _silent
+        _run_loop(serve(own, on_ready=announce, sock=sock))
+    except KernelError as exc:
+        print(f"error: worker {index}: {exc.message}", file=sys.stderr, flush=True)
+        status = 1
+    except KeyboardInterrupt:
+        status = 130
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    finally:
+        os._exit(status)
+
+
+def _silent(url: str) -> None:
+    return None
+
+
+def _stop_with_supervisor(supervisor: int) -> None:
+    """Asks Linux to send SIGTERM to this worker when its supervisor dies (a SIGKILL leaves
+    no one to forward signals). Elsewhere workers outlive a killed supervisor."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name, use_errno=True) if name else None
+        if libc is not None and hasattr(libc, "prctl"):
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        return
+    if os.getppid() != supervisor:  # it died before the request was in place
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _supervise(workers: dict[int, int]) -> tuple[int, int] | None:
+    """Waits for every worker; the first that exited on its own, with its status, if any."""
+    stopping = False
+    failed: tuple[int, int] | None = None
+
+    def stop_all(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        _signal_all(workers, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, stop_all) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while workers:
+            pid, status = os.wait()
+            index = workers.pop(pid, None)
+            if index is None or stopping:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            log.error("worker %d exited with status %d; stopping the others", index, code)
+            failed, stopping = (index, code), True
+            _signal_all(workers, signal.SIGTERM)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return failed
+
+
+def _signal_all(workers: dict[int, int], sig: int) -> None:
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)

@@ -22,6 +22,7 @@ from rebuno.cli.launch import launch
 @click.option("--otel-endpoint", metavar="URL", help="OTLP gRPC endpoint; empty = no tracing.")
 @click.option("--otel-sample-rate", metavar="RATE", help="Trace sample rate, 0 to 1.")
 @click.option("--otel-insecure", metavar="BOOL", help="Plain-text OTLP connection.")
+@click.option("--workers", metavar="N", help="Kernel processes on this port (PostgreSQL only).")
 def server(**flags: object) -> None:
     """Run a production kernel replica."""
     launch(dev=False, flags=flags)
