@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from rebuno import Blocked, ToolError, execution, step, tool
 from rebuno.protocol.signing import sign_body
-from rebuno.types import ExecutionStatus
+from rebuno.types import Event, ExecutionStatus
 from tests.sdk.conftest import SECRET, Harness
 from tests.support import wait_until
 
@@ -333,9 +333,18 @@ async def _deliver(
 
 
 async def _acked_dispatch(harness: Harness, execution_id: str) -> str:
-    events = await harness.client.events(execution_id)
-    [acked] = [e for e in events if e.type == "dispatch.acked"]
-    return str(acked.payload["dispatch_id"])
+    """The acknowledged dispatch. The kernel records the ack after the webhook's answer, so
+    the handler may already be running before it is there."""
+    acked: list[Event] = []
+
+    async def recorded() -> bool:
+        events = await harness.client.events(execution_id)
+        acked[:] = [e for e in events if e.type == "dispatch.acked"]
+        return bool(acked)
+
+    await wait_until(recorded, timeout=10, message="the dispatch's ack")
+    [ack] = acked
+    return str(ack.payload["dispatch_id"])
 
 
 async def _wait_status(harness: Harness, execution_id: str, status: ExecutionStatus) -> None:
