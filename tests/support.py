@@ -1,4 +1,5 @@
-"""Test support shared by every suite: a controllable clock and the `wait_until` poller.
+"""Test support shared by every suite: a controllable clock, the `wait_until` poller, and the
+two chores of a hand-written ASGI test server (its lifespan, a request's whole body).
 
 Imports nothing from rebuno, so any suite may use it.
 """
@@ -9,6 +10,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 _POLL_INTERVAL = 0.01
@@ -47,3 +49,24 @@ async def wait_until(
             what = message or getattr(condition, "__name__", repr(condition))
             raise AssertionError(f"timed out after {timeout}s waiting until: {what}")
         await asyncio.sleep(_POLL_INTERVAL)
+
+
+async def asgi_lifespan(receive: Any, send: Any) -> None:
+    """Answers an ASGI lifespan: startup, then shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        else:
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def asgi_body(receive: Any) -> bytes:
+    """The whole body of an ASGI HTTP request."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body

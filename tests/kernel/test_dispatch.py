@@ -23,7 +23,7 @@ from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.signing import verify_body
 from tests.kernel.conftest import AGENT, settings
 from tests.sdk.loopback import serving
-from tests.support import wait_until
+from tests.support import asgi_body, asgi_lifespan, wait_until
 
 SECRET = "s3cret"
 
@@ -46,14 +46,9 @@ class WebhookAgent:
         send: Callable[[dict[str, Any]], Awaitable[None]],
     ) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await asgi_lifespan(receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await asgi_body(receive)
         headers = dict(scope["headers"])
         self.signatures_ok.append(verify_body(SECRET, body, headers[b"rebuno-signature"].decode()))
         self.deliveries.append(json.loads(body))
@@ -90,15 +85,6 @@ async def live_kernel(store: Store, agent: WebhookAgent) -> AsyncIterator[Kernel
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await deliverer.close()
-
-
-async def _lifespan(
-    receive: Callable[[], Awaitable[dict[str, Any]]],
-    send: Callable[[dict[str, Any]], Awaitable[None]],
-) -> None:
-    while (await receive())["type"] != "lifespan.shutdown":
-        await send({"type": "lifespan.startup.complete"})
-    await send({"type": "lifespan.shutdown.complete"})
 
 
 async def event_types(kernel: Kernel, execution_id: str) -> list[str]:

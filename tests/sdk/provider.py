@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.support import asgi_body, asgi_lifespan
+
 
 class FakeProvider:
     """An ASGI app answering `POST /v1/chat/completions`; `calls` holds each request body."""
@@ -20,9 +22,9 @@ class FakeProvider:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await asgi_lifespan(receive, send)
             return
-        request = json.loads(await _body(receive))
+        request = json.loads(await asgi_body(receive))
         self.calls.append(request)
         text = self._reply(request)
         if request.get("stream"):
@@ -70,28 +72,9 @@ class FakeProvider:
         }
 
 
-async def _body(receive: Any) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
 async def _respond(send: Any, content_type: str, parts: list[str]) -> None:
     headers = [(b"content-type", content_type.encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     for part in parts:
         await send({"type": "http.response.body", "body": part.encode(), "more_body": True})
     await send({"type": "http.response.body", "body": b""})
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        else:
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -13,6 +13,7 @@ import pytest
 
 from rebuno import Client, NetworkError, NotFoundError
 from tests.sdk.loopback import free_socket, serving, url_of
+from tests.support import asgi_body, asgi_lifespan
 
 AWKWARD = "a b&c=d +1% é/?#"
 
@@ -38,14 +39,9 @@ class Recorder:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await asgi_lifespan(receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await asgi_body(receive)
         query = parse_qs(scope["query_string"].decode(), keep_blank_values=True)
         self.seen.append(
             Seen(
@@ -61,13 +57,6 @@ class Recorder:
         envelope = json.dumps({"code": "not_found", "message": "nothing here"}).encode()
         await send({"type": "http.response.start", "status": 404, "headers": []})
         await send({"type": "http.response.body", "body": envelope})
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    await receive()
-    await send({"type": "lifespan.startup.complete"})
-    await receive()
-    await send({"type": "lifespan.shutdown.complete"})
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from rebuno.mcp import flatten_result, wrap_mcp_tool, wrap_mcp_tools
 from rebuno.sdk._context import ExecutionContext
 from rebuno.sdk._kernel import KernelClient, Lease
 from tests.sdk.loopback import serving
+from tests.support import asgi_lifespan
 
 
 @tool
@@ -98,7 +99,7 @@ async def recorder() -> AsyncIterator[tuple[str, list[str]]]:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await asgi_lifespan(receive, send)
             return
         seen.append(f"{scope['method']} {scope['path']}")
         await send({"type": "http.response.start", "status": 500, "headers": []})
@@ -209,13 +210,3 @@ def test_mcp_descriptor_without_name_is_rejected() -> None:
 )
 def test_mcp_results_are_flattened(result: Any, flat: Any) -> None:
     assert flatten_result(result) == flat
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        else:
-            await send({"type": "lifespan.shutdown.complete"})
-            return

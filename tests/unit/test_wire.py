@@ -24,7 +24,7 @@ from rebuno.sdk._kernel import Completion, KernelClient, Lease, encode_json
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError
 from rebuno.wire import PARSERS, Pool, Response, Timeout, TransportError
 from tests.sdk.loopback import serving
-from tests.support import wait_until
+from tests.support import asgi_body, wait_until
 
 SECRET = "wire-secret"
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}"
@@ -55,12 +55,7 @@ async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await asgi_body(receive)
     query = scope["query_string"]
     seen = {
         "method": scope["method"],
