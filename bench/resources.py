@@ -59,6 +59,15 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def with_children(pid: int) -> list[int]:
+    """`pid` and its direct children (a supervisor and its workers)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return [pid, *(int(child) for child in children)]
+
+
 def postgres_pids(database: str) -> list[int]:
     """The postmaster, its auxiliary processes, and the backends connected to `database`."""
     pids: list[int] = []

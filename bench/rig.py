@@ -58,13 +58,18 @@ class Rig:
 
 
 @contextlib.contextmanager
-def rig(store_name: str, workdir: Path, kernel_env: Mapping[str, str]) -> Iterator[Rig]:
-    """A kernel on a fresh `store_name` store and a listening agent; both stopped afterwards."""
+def rig(
+    store_name: str, workdir: Path, kernel_env: Mapping[str, str], workers: int = 1
+) -> Iterator[Rig]:
+    """A kernel on a fresh `store_name` store and a listening agent; both stopped afterwards.
+    On PostgreSQL, `workers` above 1 runs the kernel as that many worker processes."""
     workdir.mkdir(parents=True, exist_ok=True)
     marks = workdir / "marks.jsonl"
     marks.touch()
     port = free_port()
     with fresh_store(store_name, workdir) as store:
+        if store_name == "postgres" and workers > 1:
+            kernel_env = {**kernel_env, "REBUNO_WORKERS": str(workers)}
         kernel = Kernel(store, workdir, port, kernel_env)
         try:
             agent = AgentProcess(kernel.url, port, marks, workdir / "agent-0.log")

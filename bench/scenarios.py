@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from bench.outcome import Context, Outcome
 from bench.profiles import Profiler
-from bench.resources import CpuMeter, Sampler, postgres_pids
+from bench.resources import CpuMeter, Sampler, postgres_pids, with_children
 from bench.rig import Rig, rig
 from bench.stats import median, percentile
 from bench.workload import Run, concurrent, sequential
@@ -55,7 +55,7 @@ def sequential_latency(ctx: Context) -> Outcome:
     dispatch latency of the same executions (nothing else runs meanwhile)."""
     sizes, outcome = ctx.sizes, Outcome()
     plan = interleaved(sizes.a_executions, sizes.a_steps, sizes.a_empty_executions)
-    with rig(ctx.store, ctx.workdir / "A", {}) as current:
+    with rig(ctx.store, ctx.workdir / "A", {}, sizes.pg_workers) as current:
         warm_up(current, ctx, sizes.a_steps)
         current.new_marks()
         reps, dispatches = [], []
@@ -96,7 +96,7 @@ def _span(run: Run) -> float:
 def throughput(ctx: Context) -> Outcome:
     """B: concurrent clients; D: peak memory and CPU per step of every process meanwhile."""
     sizes, outcome = ctx.sizes, Outcome()
-    with rig(ctx.store, ctx.workdir / "B", {}) as current:
+    with rig(ctx.store, ctx.workdir / "B", {}, sizes.pg_workers) as current:
         warm_up(current, ctx, sizes.b_steps, sizes.b_clients)
         with profiled(current, ctx, "B"):
             reps = [_throughput_rep(current, ctx) for _ in range(sizes.reps)]
@@ -155,7 +155,7 @@ def _throughput_rep(current: Rig, ctx: Context) -> dict[str, float]:
 
 def _process_groups(current: Rig) -> dict[str, _Pids]:
     groups = {
-        "kernel": _Pids([current.kernel.pid]),
+        "kernel": _Pids(with_children(current.kernel.pid)),
         "agent": _Pids([current.agent.pid]),
         "client": _Pids([os.getpid()]),
     }

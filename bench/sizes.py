@@ -15,7 +15,10 @@ class Sizes:
 
     B's 1,000 executions are spread over its repetitions (334 each), so that a full run on
     both stores fits in ten minutes on a 2-core machine; `--set b_executions=1000` runs
-    1,000 in each repetition."""
+    1,000 in each repetition.
+
+    `pg_workers` runs the PostgreSQL kernel as `rebuno server --workers N` (D then sums the
+    supervisor and its workers)."""
 
     reps: int = 3
     warmup: int = 10
@@ -32,6 +35,7 @@ class Sizes:
     ref_steps: int = 500
     lease_seconds: int = 2
     wait_timeout: float = 120.0
+    pg_workers: int = 1
 
     def as_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
