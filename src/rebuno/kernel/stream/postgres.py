@@ -6,21 +6,21 @@ replica, itself included, LISTENs on one dedicated connection and forwards what 
 local subscribers through a `MemoryBus`. One path for every subscriber keeps a step's deltas in
 the order they were sent, whichever replica the consumer is attached to. Deltas are ephemeral:
 while a connection is down they are dropped, never queued for later.
-Must import only psycopg, orjson, the domain, `protocol` and this package (never `service`,
-`api` or `store`).
+Must import only psycopg, orjson, the domain, `protocol`, `rebuno.kernel.pgserver` and this
+package (never `service`, `api` or `store`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import orjson
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
+from rebuno.kernel.pgserver import Server
 from rebuno.kernel.stream.bus import Delta
 from rebuno.kernel.stream.memory import MemoryBus, MemorySubscription
 
@@ -34,7 +34,6 @@ PUBLISH_BUFFER = 1024
 _PROBE_INTERVAL_SECONDS = 30.0
 _FIRST_BACKOFF_SECONDS = 0.1
 _MAX_BACKOFF_SECONDS = 5.0
-_CONNECT_TIMEOUT_SECONDS = 5
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 Connection: TypeAlias = psycopg.AsyncConnection[TupleRow]
@@ -66,10 +65,7 @@ class PostgresBus:
     connections) for deltas to flow; `publish` and `subscribe` work from the start."""
 
     def __init__(self, url: str, *, local: MemoryBus | None = None) -> None:
-        params = conninfo_to_dict(url)
-        self._conninfo = make_conninfo(url, **_session_defaults(params))
-        self._password = str(params.get("password") or "")
-        self._name = _describe(params)
+        self._server = Server(url, application_name="rebuno-stream")
         self._local = local if local is not None else MemoryBus()
         self._outbox: asyncio.Queue[tuple[str, str, bytes]] = asyncio.Queue(PUBLISH_BUFFER)
         self._dropping = False
@@ -176,7 +172,7 @@ class PostgresBus:
 
     # -- shared --------------------------------------------------------------------------
     async def _connect(self) -> Connection:
-        return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        return await psycopg.AsyncConnection.connect(self._server.conninfo, autocommit=True)
 
     def _drop(self, execution_id: str, step_id: str, why: str) -> None:
         # Deltas are best-effort by contract (§16): the recorded step result stays the truth.
@@ -185,29 +181,10 @@ class PostgresBus:
         )
 
     def _lost(self, role: str, exc: BaseException, backoff: float) -> None:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if self._password:
-            text = text.replace(self._password, "***")
         log.warning(
             "stream %s lost PostgreSQL %s (%s); reconnecting in %.1fs",
             role,
-            self._name,
-            text,
+            self._server.name,
+            self._server.reason(exc),
             backoff,
         )
-
-
-def _session_defaults(params: dict[str, Any]) -> dict[str, Any]:
-    defaults: dict[str, Any] = {}
-    if not params.get("connect_timeout"):
-        defaults["connect_timeout"] = _CONNECT_TIMEOUT_SECONDS
-    if not params.get("application_name"):
-        defaults["application_name"] = "rebuno-stream"
-    return defaults
-
-
-def _describe(params: dict[str, Any]) -> str:
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    port = str(params.get("port") or "5432")
-    database = str(params.get("dbname") or params.get("user") or "postgres")
-    return f"{host}:{port}/{database}"

@@ -6,7 +6,7 @@ keeps one of its own, probes it when it has been quiet for a while (a dead peer 
 otherwise go unnoticed), and reconnects with capped exponential backoff after a loss. After
 every (re)connection it wakes the loop once: a dispatch enqueued while nobody was listening
 would otherwise wait for the next poll.
-Must import only psycopg, the domain and this package.
+Must import only psycopg, the domain, `rebuno.kernel.pgserver` and this package.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from rebuno.kernel.store.postgres.connection import Server
+from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.postgres.dispatches import CHANNEL
 
 ENDED_CHANNEL = "rebuno_execution"

@@ -5,8 +5,8 @@ serialise on a transaction-scoped advisory lock; the dispatch queue uses `SKIP L
 singleton work uses a session-level try-lock. Pooled connections run in autocommit, so a
 committed read is one statement and one round trip; a transaction is begun and committed
 explicitly, in pipeline mode (see `transaction.py`).
-Must import only psycopg and psycopg_pool, `rebuno.kernel.store.base`, the domain and this
-package.
+Must import only psycopg and psycopg_pool, `rebuno.kernel.store.base`, the domain,
+`rebuno.kernel.pgserver` and this package.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
+from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page
 from rebuno.kernel.store.postgres import (
     agents,
@@ -35,7 +36,7 @@ from rebuno.kernel.store.postgres import (
     rate_buckets,
     steps,
 )
-from rebuno.kernel.store.postgres.connection import Connection, Server, lock_key, translated
+from rebuno.kernel.store.postgres.connection import Connection, lock_key, translated
 from rebuno.kernel.store.postgres.listener import DispatchListener
 from rebuno.kernel.store.postgres.transaction import PostgresTransaction, pipelined
 from rebuno.protocol.enums import ApprovalStatus

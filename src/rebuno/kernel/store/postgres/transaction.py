@@ -5,7 +5,7 @@ Writes are queued, not awaited: they travel with the next read or with the COMMI
 case costs one round trip per read it makes plus one for the commit. A trigger refusal or a
 unique violation in a queued write therefore surfaces at that next read or at the commit; both
 places translate it into the domain error it stands for.
-Must import only psycopg, the domain, `store.base` and this package.
+Must import only psycopg, the domain, `store.base`, `rebuno.kernel.pgserver` and this package.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import psycopg
 from psycopg import pq
 
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
+from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import Completion, StepIdFn, StepKey, Submission
 from rebuno.kernel.store.postgres import (
     agents,
@@ -33,7 +34,6 @@ from rebuno.kernel.store.postgres import (
 )
 from rebuno.kernel.store.postgres.connection import (
     Connection,
-    Server,
     domain_error,
     execution_lock_key,
     translated,
