@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 
 from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
@@ -54,8 +54,15 @@ class StepUseCases(ServiceBase):
         outcomes: Sequence[StepOutcome] = (),
     ) -> StepDecision:
         key = StepKey(request.kind, request.target, request.args_hash)
-        step_id_for = partial(
-            compute_step_id, execution_id, request.kind.value, request.target, request.args_hash
+        # Cached: a store that looks the step up by id and this use case ask for the same one.
+        step_id_for = cache(
+            partial(
+                compute_step_id,
+                execution_id,
+                request.kind.value,
+                request.target,
+                request.args_hash,
+            )
         )
         woke = False
         async with self.transaction(execution_id) as tx:

@@ -9,8 +9,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
-
 from rebuno.kernel.domain.records import Step
 from rebuno.kernel.store.base import StepKey
 from rebuno.kernel.store.postgres.connection import Connection
@@ -77,15 +75,7 @@ _GET_MANY = f"SELECT {COLUMNS} FROM steps s WHERE s.step_id = ANY(%s)"
 
 
 async def get_many(conn: Connection, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
-    return await fetch_many(await query_many(conn, step_ids), execution_id)
-
-
-async def query_many(conn: Connection, step_ids: Sequence[str]) -> psycopg.AsyncCursor[Any]:
-    """Sends the read without waiting for its answer (in a pipeline it is only queued)."""
-    return await conn.execute(_GET_MANY, (list(step_ids),))
-
-
-async def fetch_many(cur: psycopg.AsyncCursor[Any], execution_id: str) -> list[Step]:
+    cur = await conn.execute(_GET_MANY, (list(step_ids),))
     found = [from_row(row) for row in await cur.fetchall()]
     return [step for step in found if step.execution_id == execution_id]
 

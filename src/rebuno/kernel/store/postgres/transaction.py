@@ -78,9 +78,6 @@ class PostgresTransaction:
         if self._writes:
             await self._conn.execute(writes.APPLY, (self._writes.take(),))
 
-    def _queue(self, op: writes.Op) -> None:
-        self._writes.add(op)
-
     async def flush(self) -> None:
         """Queues the lock, when no statement took it yet, and the collected writes, as one
         statement."""
@@ -161,32 +158,32 @@ class PostgresTransaction:
 
     # -- writes (collected, or queued in order) ------------------------------------------
     async def insert_execution(self, execution: Execution) -> None:
-        self._queue(writes.insert_execution(execution))
+        self._writes.add(writes.insert_execution(execution))
 
     async def update_execution(self, execution: Execution) -> None:
-        self._queue(writes.update_execution(execution))
+        self._writes.add(writes.update_execution(execution))
 
     async def append_events(self, events_: Sequence[Event]) -> None:
         if events_:
-            self._queue(writes.append_events(events_))
+            self._writes.add(writes.append_events(events_))
 
     async def insert_step(self, step: Step) -> None:
-        self._queue(writes.insert_step(step))
+        self._writes.add(writes.insert_step(step))
 
     async def update_step(self, step: Step) -> None:
-        self._queue(writes.update_step(step))
+        self._writes.add(writes.update_step(step))
 
     async def set_occurrence(self, dispatch_id: str, key: StepKey, consumed: int) -> None:
-        self._queue(writes.set_occurrence(dispatch_id, key, consumed))
+        self._writes.add(writes.set_occurrence(dispatch_id, key, consumed))
 
     async def insert_dispatch(self, dispatch: Dispatch) -> None:
-        self._queue(writes.insert_dispatch(dispatch, self._tag))
+        self._writes.add(writes.insert_dispatch(dispatch, self._tag))
 
     async def retire_dispatches(self, execution_id: str, now: datetime) -> None:
-        self._queue(writes.retire_dispatches(execution_id, now))
+        self._writes.add(writes.retire_dispatches(execution_id, now))
 
     async def update_dispatch(self, dispatch: Dispatch) -> None:
-        self._queue(writes.update_dispatch(dispatch))
+        self._writes.add(writes.update_dispatch(dispatch))
 
     async def insert_approval(self, approval: Approval) -> None:
         await self._run(approvals.insert, approval)

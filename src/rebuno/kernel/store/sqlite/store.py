@@ -82,8 +82,9 @@ class SqliteStore:
         self._leaders: set[str] = set()
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint: asyncio.Future[None] | None = None
-        self._commits = 0
         self._committed = 0
+        self._checkpointed_at = 0
+        """`_committed` when the last background checkpoint started."""
 
     @property
     def path(self) -> str:
@@ -274,10 +275,10 @@ class SqliteStore:
 
     def _after_commit(self) -> None:
         self._committed += 1
-        self._commits += 1
-        if self._commits < CHECKPOINT_EVERY or self._checkpoint is not None:
+        due = self._committed - self._checkpointed_at >= CHECKPOINT_EVERY
+        if not due or self._checkpoint is not None:
             return
-        self._commits = 0
+        self._checkpointed_at = self._committed
         checkpointer = self._checkpointer
         if checkpointer is None:
             return
