@@ -4,26 +4,21 @@ Every request is signed with the `v1=` request scheme; every write carries the l
 (`Rebuno-Dispatch-Id`, `Rebuno-Dispatch-Attempt`) the webhook was delivered under. The calls
 go through the lean keep-alive pool of `rebuno.wire`, since they are most of a durable step's
 cost on the agent's side. Imports only `rebuno.protocol`, `rebuno.wire`, the SDK's own modules
-and models (httpx only for its TLS trust settings); never the kernel.
+and models; never the kernel.
 """
 
 from __future__ import annotations
 
 import json
-import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
-
-import httpx
 
 from rebuno.protocol import signing
-from rebuno.sdk.errors import NetworkError, error_from_envelope
+from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.types import Execution, StepDecision
-from rebuno.wire import Pool, Response, TransportError
+from rebuno.wire import Pool, Response
 
-_JSON = ("Content-Type", "application/json")
 # One encoder for every body: json.dumps with options builds a fresh one per call.
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
 
@@ -75,7 +70,7 @@ class KernelClient:
             await pool.aclose()
 
     async def get_execution(self, execution_id: str) -> Execution:
-        response = await self._send("GET", f"/v0/executions/{_segment(execution_id)}")
+        response = await self._send("GET", f"/v0/executions/{segment(execution_id)}")
         return Execution.model_validate_json(response.body)
 
     async def submit_step(
@@ -92,7 +87,7 @@ class KernelClient:
         """Submit a step whose `args` are already encoded with `encode_json`."""
         fields = {"kind": kind, "target": target, "idempotency": idempotency}
         body = _body(fields, args=args, completions=_encoded(completions))
-        path = f"/v0/executions/{_segment(execution_id)}/steps"
+        path = f"/v0/executions/{segment(execution_id)}/steps"
         response = await self._send("POST", path, body, lease)
         # Validation costs about what json.loads alone does here, so the model stays checked.
         return StepDecision.model_validate_json(response.body)
@@ -115,7 +110,7 @@ class KernelClient:
         await self._send("POST", path, encode_json({"seq": seq, "data": data}), lease)
 
     async def heartbeat(self, execution_id: str, lease: Lease) -> None:
-        path = f"/v0/executions/{_segment(execution_id)}/heartbeat"
+        path = f"/v0/executions/{segment(execution_id)}/heartbeat"
         await self._send("POST", path, b"", lease)
 
     async def complete_execution(
@@ -126,7 +121,7 @@ class KernelClient:
         completions: list[Completion] | None = None,
     ) -> None:
         body = _body({"output": output}, completions=_encoded(completions))
-        path = f"/v0/executions/{_segment(execution_id)}/complete"
+        path = f"/v0/executions/{segment(execution_id)}/complete"
         await self._send("POST", path, body, lease)
 
     async def fail_execution(
@@ -137,7 +132,7 @@ class KernelClient:
         completions: list[Completion] | None = None,
     ) -> None:
         body = _body({"error": error}, completions=_encoded(completions))
-        path = f"/v0/executions/{_segment(execution_id)}/fail"
+        path = f"/v0/executions/{segment(execution_id)}/fail"
         await self._send("POST", path, body, lease)
 
     async def _send(
@@ -146,13 +141,7 @@ class KernelClient:
         pool = self._pool or self._open()
         target = pool.prefix + path
         headers = self._signed(method, target, content, lease)
-        try:
-            response = await pool.request(method, target, headers, content)
-        except TransportError as exc:
-            raise NetworkError(f"{method} {path}: {exc!r}") from exc
-        if response.status >= 300:
-            raise error_from_envelope(response.status, response.body)
-        return response
+        return await send(pool, method, target, headers, content, path)
 
     def _signed(
         self, method: str, target: str, body: bytes, lease: Lease | None
@@ -161,7 +150,7 @@ class KernelClient:
         headers = [
             (signing.AGENT_ID_HEADER, self.agent_id),
             (signing.TIMESTAMP_HEADER, timestamp),
-            _JSON,
+            JSON,
         ]
         dispatch_id = attempt = ""
         if lease is not None:
@@ -177,10 +166,7 @@ class KernelClient:
 
     def _open(self) -> Pool:
         # Opened on first use so the pool belongs to the loop that serves the webhook.
-        https = self._base_url.lower().startswith("https:")
-        self._pool = Pool(
-            self._base_url, timeout=self._timeout, ssl_context=_trust() if https else None
-        )
+        self._pool = open_pool(self._base_url, self._timeout)
         return self._pool
 
 
@@ -202,15 +188,5 @@ def _encoded(completions: list[Completion] | None) -> bytes | None:
     return b"[" + b", ".join(items) + b"]"
 
 
-def _trust() -> ssl.SSLContext:
-    """The CA bundle and `SSL_CERT_FILE`/`SSL_CERT_DIR` handling the SDK's other clients use."""
-    return httpx.create_ssl_context()
-
-
-def _segment(value: str) -> str:
-    """`value` escaped as one path segment (kernel ids are already plain)."""
-    return quote(value, safe="")
-
-
 def _step_path(execution_id: str, step_id: str, action: str) -> str:
-    return f"/v0/executions/{_segment(execution_id)}/steps/{_segment(step_id)}/{action}"
+    return f"/v0/executions/{segment(execution_id)}/steps/{segment(step_id)}/{action}"

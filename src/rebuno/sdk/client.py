@@ -4,7 +4,7 @@
 Requests go through the lean keep-alive pool of `rebuno.wire`; only `stream` (server-sent
 events, long-lived) goes through httpx, opened on first use. Errors come back as the SDK's
 exceptions, chosen from the envelope's code. Imports only `rebuno.wire`, httpx (for `stream`
-and its TLS trust settings) and the SDK's errors and models; never the kernel.
+and its TLS trust settings) and the SDK's own modules and models; never the kernel.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
+from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.sdk.errors import NetworkError, error_from_envelope
 from rebuno.types import Approval, Event, Execution, ExecutionPage, Step, StreamDelta
-from rebuno.wire import Pool, Response, TransportError
+from rebuno.wire import Pool, Response
 
 _WAIT_FIRST_DELAY = 0.05
 _WAIT_MAX_DELAY = 1.0
@@ -30,7 +31,6 @@ _WAIT_MAX_DELAY = 1.0
 # or less, so that the held request still ends inside the client's own request timeout.
 _LONG_POLL = 10.0
 _LONG_POLL_MARGIN = 1.0
-_JSON = ("Content-Type", "application/json")
 # One compact encoder for every body: json.dumps with options builds a fresh one per call.
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
@@ -93,7 +93,7 @@ class Client:
 
     async def get(self, execution_id: str) -> Execution:
         """The execution's current state."""
-        response = await self._request("GET", f"/v0/executions/{_segment(execution_id)}")
+        response = await self._request("GET", f"/v0/executions/{segment(execution_id)}")
         return Execution.model_validate_json(response.body)
 
     async def list(
@@ -106,26 +106,26 @@ class Client:
 
     async def cancel(self, execution_id: str) -> None:
         """Cancel the execution. Raises `Terminated` when it already ended."""
-        await self._request("POST", f"/v0/executions/{_segment(execution_id)}/cancel")
+        await self._request("POST", f"/v0/executions/{segment(execution_id)}/cancel")
 
     async def events(
         self, execution_id: str, *, after_seq: int = 0, limit: int = 100
     ) -> builtins.list[Event]:
         """The execution's events with `event_seq > after_seq`, oldest first."""
         params = _params(after_seq=after_seq, limit=limit)
-        path = f"/v0/executions/{_segment(execution_id)}/events"
+        path = f"/v0/executions/{segment(execution_id)}/events"
         response = await self._request("GET", path, params=params)
         return [Event.model_validate(item) for item in json.loads(response.body) or []]
 
     async def list_steps(self, execution_id: str, *, status: str = "") -> builtins.list[Step]:
         """The execution's steps; `status="terminal"` keeps only finished ones."""
-        path = f"/v0/executions/{_segment(execution_id)}/steps"
+        path = f"/v0/executions/{segment(execution_id)}/steps"
         response = await self._request("GET", path, params=_params(status=status))
         return [Step.model_validate(item) for item in json.loads(response.body) or []]
 
     async def get_step(self, execution_id: str, step_id: str) -> Step:
         """One step of the execution."""
-        path = f"/v0/executions/{_segment(execution_id)}/steps/{_segment(step_id)}"
+        path = f"/v0/executions/{segment(execution_id)}/steps/{segment(step_id)}"
         response = await self._request("GET", path)
         return Step.model_validate_json(response.body)
 
@@ -139,7 +139,7 @@ class Client:
 
     async def get_approval(self, approval_id: str) -> Approval:
         """One approval, whatever its status."""
-        response = await self._request("GET", f"/v0/approvals/{_segment(approval_id)}")
+        response = await self._request("GET", f"/v0/approvals/{segment(approval_id)}")
         return Approval.model_validate_json(response.body)
 
     async def grant_approval(
@@ -147,14 +147,14 @@ class Client:
     ) -> None:
         """Grant the approval; the gated step proceeds when the execution is re-dispatched."""
         body = {"decided_by": decided_by, "rationale": rationale}
-        await self._request("POST", f"/v0/approvals/{_segment(approval_id)}/grant", json=body)
+        await self._request("POST", f"/v0/approvals/{segment(approval_id)}/grant", json=body)
 
     async def deny_approval(
         self, approval_id: str, *, decided_by: str = "", rationale: str = ""
     ) -> None:
         """Deny the approval; the gated step comes back to the agent as a policy denial."""
         body = {"decided_by": decided_by, "rationale": rationale}
-        await self._request("POST", f"/v0/approvals/{_segment(approval_id)}/deny", json=body)
+        await self._request("POST", f"/v0/approvals/{segment(approval_id)}/deny", json=body)
 
     # The documented API takes a timeout; it is applied with asyncio.timeout inside.
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> Execution:  # noqa: ASYNC109
@@ -169,7 +169,7 @@ class Client:
         """
         loop = asyncio.get_running_loop()
         delay = _WAIT_FIRST_DELAY
-        path = f"/v0/executions/{_segment(execution_id)}"
+        path = f"/v0/executions/{segment(execution_id)}"
         held = min(_LONG_POLL, self._timeout - _LONG_POLL_MARGIN)
         hold = {"wait": f"{int(held * 1000)}ms"} if held >= _WAIT_FIRST_DELAY else {}
         async with asyncio.timeout(timeout):
@@ -196,7 +196,7 @@ class Client:
         """
         http = self._http or self._open_stream()
         timeout = httpx.Timeout(self._timeout, read=None)
-        path = f"/v0/executions/{_segment(execution_id)}/stream"
+        path = f"/v0/executions/{segment(execution_id)}/stream"
         try:
             async with http.stream("GET", path, timeout=timeout) as response:
                 if response.status_code >= 300:
@@ -221,20 +221,14 @@ class Client:
             target = f"{target}?{urlencode(params, quote_via=quote)}"
         headers, body = self._headers, b""
         if json is not None:
-            headers, body = [*headers, _JSON], _ENCODER.encode(json).encode()
-        try:
-            response = await pool.request(method, target, headers, body)
-        except TransportError as exc:
-            raise NetworkError(f"{method} {path}: {exc!r}") from exc
-        if response.status >= 300:
-            raise error_from_envelope(response.status, response.body)
-        return response
+            headers, body = [*headers, JSON], _ENCODER.encode(json).encode()
+        return await send(pool, method, target, headers, body, path)
 
     def _open(self) -> Pool:
         # Opened on first use, so the pool belongs to the loop that sends the requests.
         self._check_open()
         try:
-            self._pool = Pool(self._base_url, timeout=self._timeout, ssl_context=self._trust())
+            self._pool = open_pool(self._base_url, self._timeout)
         except ValueError as exc:
             # A URL no connection can be made to fails like an unreachable kernel.
             raise NetworkError(str(exc)) from exc
@@ -265,11 +259,6 @@ class Client:
 
 def _params(**values: str | int) -> dict[str, str]:
     return {name: str(value) for name, value in values.items() if value not in ("", 0)}
-
-
-def _segment(value: str) -> str:
-    """`value` escaped as one path segment (kernel ids are already plain)."""
-    return quote(value, safe="")
 
 
 async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
