@@ -34,11 +34,6 @@ def get(conn: sqlite3.Connection, agent_id: str) -> Agent:
     return to_record(row)
 
 
-def policy_bundle(conn: sqlite3.Connection, agent_id: str) -> str | None:
-    row = conn.execute("SELECT policy_bundle FROM agents WHERE id = ?", (agent_id,)).fetchone()
-    return None if row is None else row[0]
-
-
 def list_all(conn: sqlite3.Connection) -> list[Agent]:
     rows = conn.execute(f"SELECT {COLUMNS} FROM agents ORDER BY id").fetchall()
     return [to_record(row) for row in rows]

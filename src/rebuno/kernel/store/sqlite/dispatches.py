@@ -115,15 +115,6 @@ def renew_lease(conn: sqlite3.Connection, execution_id: str, lease: Lease, now: 
     return cursor.rowcount > 0
 
 
-def next_occurrence(conn: sqlite3.Connection, dispatch_id: str, key: StepKey) -> int:
-    row = conn.execute(
-        """SELECT consumed FROM dispatch_step_counters
-           WHERE dispatch_id = ? AND kind = ? AND target = ? AND args_hash = ?""",
-        (dispatch_id, key.kind.value, key.target, key.args_hash),
-    ).fetchone()
-    return 0 if row is None else int(row[0]) + 1
-
-
 def set_occurrence(conn: sqlite3.Connection, dispatch_id: str, key: StepKey, consumed: int) -> None:
     with refusals(f"occurrence counter of dispatch {dispatch_id}"):
         conn.execute(

@@ -26,6 +26,15 @@ COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
     " updated_at, deadline_at, last_event_seq"
 )
+WIDTH = 11
+"""How many columns `COLUMNS` names: where an execution ends in a joined row."""
+
+
+def prefixed(alias: str) -> str:
+    """`COLUMNS` qualified by a table alias, for a joined query."""
+    return ", ".join(f"{alias}.{column.strip()}" for column in COLUMNS.split(","))
+
+
 _TERMINAL = "('completed', 'failed', 'cancelled')"
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
+from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
 from rebuno.kernel.store.base import Completion, StepIdFn, StepKey, Submission
 from rebuno.kernel.store.sqlite import (
@@ -167,17 +168,35 @@ def _load_submission(
     step_id_for: StepIdFn,
     now: datetime,
 ) -> Submission:
-    execution = executions.get(conn, execution_id)
+    row = conn.execute(
+        _SUBMISSION,
+        (lease.dispatch_id, key.kind.value, key.target, key.args_hash, execution_id),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
     lease_live = dispatches.renew_lease(conn, execution_id, lease, now)
-    occurrence = dispatches.next_occurrence(conn, lease.dispatch_id, key)
+    consumed = row[executions.WIDTH]
+    occurrence = 0 if consumed is None else int(consumed) + 1
     existing = steps.find(conn, step_id_for(occurrence))
     return Submission(
-        execution=execution,
+        execution=executions.to_record(row[: executions.WIDTH]),
         lease_live=lease_live,
         occurrence=occurrence,
         existing=existing,
-        policy_bundle=None if existing else agents.policy_bundle(conn, execution.agent_id),
+        policy_bundle=None if existing else row[executions.WIDTH + 1],
     )
+
+
+# The execution, the lease's occurrence counter for the key and the agent's bundle in one
+# statement. The step is then found by the id its occurrence yields (its primary key).
+_SUBMISSION = f"""
+    SELECT {executions.prefixed("e")}, c.consumed, a.policy_bundle
+    FROM executions e
+    LEFT JOIN dispatch_step_counters c ON c.dispatch_id = ? AND c.kind = ? AND c.target = ?
+        AND c.args_hash = ?
+    LEFT JOIN agents a ON a.id = e.agent_id
+    WHERE e.id = ?
+"""
 
 
 def _load_completion(
