@@ -67,6 +67,18 @@ class Process:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def wait_for_port(self, port: int, timeout: float = 30) -> None:
+        """Returns once something accepts connections on loopback `port`; fails if this
+        process exits first."""
+
+        def listening() -> bool:
+            if not self.alive():
+                raise RuntimeError(f"{self.log.name}: exited early:\n{self.output()}")
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", port)) == 0
+
+        poll(listening, timeout, f"a server on port {port}", interval=0.02)
+
     def kill(self) -> None:
         """SIGKILL: no cleanup, no flush."""
         if self.alive():
@@ -140,13 +152,7 @@ class AgentProcess(Process):
         self.port = port
 
     def wait_listening(self, timeout: float = 30) -> None:
-        poll(self._listening, timeout, f"the agent on port {self.port}", interval=0.02)
-
-    def _listening(self) -> bool:
-        if not self.alive():
-            raise RuntimeError(f"the agent exited early:\n{self.output()}")
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", self.port)) == 0
+        self.wait_for_port(self.port, timeout)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ uses. Imports psycopg, uvicorn, `rebuno.wire` and the bench's own modules.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sqlite3
 import sys
 import time
@@ -26,7 +25,7 @@ import uvicorn
 from psycopg_pool import AsyncConnectionPool
 
 from bench.outcome import Context, Outcome
-from bench.processes import Process, free_port, fresh_store, poll
+from bench.processes import Process, free_port, fresh_store
 from bench.stats import median
 from rebuno.wire import Pool
 
@@ -53,7 +52,7 @@ def reference(ctx: Context) -> Outcome:
             [sys.executable, "-m", "bench.reference", url, str(port)], workdir / "reference.log", {}
         )
         try:
-            poll(lambda: _listening(server, port), 30, f"the reference server on port {port}")
+            server.wait_for_port(port)
             base = f"http://127.0.0.1:{port}"
             reps = [
                 asyncio.run(_measure(base, sizes.ref_steps, sizes.b_clients))
@@ -64,13 +63,6 @@ def reference(ctx: Context) -> Outcome:
     outcome.add(f"reference.{ctx.store}_step", "ms", [rep[0] for rep in reps])
     outcome.add(f"reference.{ctx.store}_steps_per_s", "1/s", [rep[1] for rep in reps])
     return outcome
-
-
-def _listening(server: Process, port: int) -> bool:
-    if not server.alive():
-        raise RuntimeError(f"the reference server exited early:\n{server.output()}")
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 async def _measure(base: str, steps: int, clients: int) -> tuple[float, float]:
