@@ -105,7 +105,14 @@ class _Recorder:
         self.seen: dict[str, str] = {}
 
     async def deliver(
-        self, url: str, secret: str, execution_id: str, body: bytes, timeout_seconds: float
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
     ) -> DeliveryOutcome:
         self.seen = dict(current_ids())
         return DeliveryOutcome(True)

@@ -55,6 +55,8 @@ class Settings:
     retention: timedelta = timedelta(hours=24)
     leader_lock_key: str = "rebuno_scheduler_leader"
     accept_body_signatures: bool = True
+    step_records: bool = True
+    """Offer `step-records` (docs/extensions.md) on an execution's first delivery."""
     replica_id: str = field(default="")
     max_body_bytes: int = 10 * 1024 * 1024
     sse_keepalive: timedelta = timedelta(seconds=15)
@@ -201,6 +203,7 @@ _OPTIONS = (
     _Option("retention", "REBUNO_RETENTION", _duration),
     _Option("leader_lock_key", "REBUNO_LEADER_LOCK_KEY", _text),
     _Option("accept_body_signatures", "REBUNO_ACCEPT_BODY_SIGNATURES", _boolean),
+    _Option("step_records", "REBUNO_STEP_RECORDS", _boolean),
     _Option("sse_keepalive", "REBUNO_SSE_KEEPALIVE", _positive_duration),
     _Option("workers", "REBUNO_WORKERS", _positive_int),
 )

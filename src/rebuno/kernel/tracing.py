@@ -82,7 +82,14 @@ def _keep(ids: dict[str, str], name: str, value: str | None) -> None:
 
 class Deliverer(Protocol):
     async def deliver(
-        self, url: str, secret: str, execution_id: str, body: bytes, timeout_seconds: float
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
     ) -> DeliveryOutcome: ...
 
 
@@ -177,21 +184,32 @@ class _ObservedDeliverer:
         self._tracer = tracer
 
     async def deliver(
-        self, url: str, secret: str, execution_id: str, body: bytes, timeout_seconds: float
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
     ) -> DeliveryOutcome:
         ids = {"execution_id": execution_id, **_dispatch_ids(body)}
         # Not reset afterwards: the dispatch loop runs each delivery in a task of its own, so
         # the ids also label what the service logs about the outcome ("delivery failed").
         _IDS.set(ids)
         if self._tracer is None:
-            return await self._inner.deliver(url, secret, execution_id, body, timeout_seconds)
+            return await self._inner.deliver(
+                url, secret, execution_id, body, timeout_seconds, extensions=extensions
+            )
         from opentelemetry.trace import SpanKind
 
         attributes = {"url.full": url, **ids}
         with self._tracer.start_as_current_span(
             "webhook delivery", kind=SpanKind.CLIENT, attributes=attributes
         ) as span:
-            outcome = await self._inner.deliver(url, secret, execution_id, body, timeout_seconds)
+            outcome = await self._inner.deliver(
+                url, secret, execution_id, body, timeout_seconds, extensions=extensions
+            )
             _finish_delivery_span(span, outcome)
             return outcome
 

@@ -8,10 +8,32 @@ talk the standard protocol unchanged.
   (`[{"step_id", "result"} | {"step_id", "error"}]`) in the body of the agent's next step
   submission or execution complete/fail, and is recorded in that request's transaction
   instead of costing a request and a commit of its own.
+- `step-records`: offered only for an execution's first delivery, when its agent has no
+  policy. The agent may then run a `safe_to_retry` tool or local step without submitting it
+  first, and report it afterwards as a `completions` item with `kind`, `target`, `args` and
+  `result` or `error`; a heartbeat may carry `completions` too. The agent asks again on each
+  submission and heartbeat by sending the header; the kernel's answer carries the header back
+  while the agent still has no policy, and the agent stops when it does not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 EXTENSIONS_HEADER = "Rebuno-Extensions"
 STEP_COMPLETIONS = "step-completions"
+STEP_RECORDS = "step-records"
 OFFERED = (STEP_COMPLETIONS,)
+"""Offered with every delivery; `step-records` is added per delivery."""
+
+
+def parse(value: str | None) -> frozenset[str]:
+    """The extension names in a `Rebuno-Extensions` header value."""
+    if not value:
+        return frozenset()
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
+
+
+def asks_for(headers: Mapping[str, str], name: str) -> bool:
+    """Whether a request's `Rebuno-Extensions` header names `name`."""
+    return name in parse(headers.get(EXTENSIONS_HEADER))

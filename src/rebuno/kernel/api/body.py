@@ -8,16 +8,23 @@ Must not import a store backend or the dispatcher.
 
 from __future__ import annotations
 
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from rebuno.kernel.domain.decision import StepOutcome
+from rebuno.kernel.domain.decision import Carried, StepOutcome, StepRecord, StepRequest
 from rebuno.kernel.domain.errors import PayloadTooLarge, ValidationFailed
 from rebuno.kernel.domain.records import RawJson
-from rebuno.protocol.canonical import JsonNumber, dumps, loads
+from rebuno.protocol.canonical import JsonNumber, args_hash, dumps, loads
+from rebuno.protocol.enums import Idempotency, StepKind
 
 JsonObject = dict[str, Any]
+E = TypeVar("E", bound=StrEnum)
+_NO_RESOURCES = "this kernel has no resource support"
+# A step reported after it ran (`step-records`) never needed a decision: only these kinds and
+# only a step that may run again can be reported that way.
+_RECORDED_KINDS = frozenset({StepKind.TOOL_CALL, StepKind.LOCAL})
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -108,12 +115,40 @@ def reject_present(body: JsonObject, keys: tuple[str, ...], why: str) -> None:
             raise ValidationFailed(f"validation error: {key} is not supported: {why}")
 
 
+def step_request(body: JsonObject) -> StepRequest:
+    """§5.2: `kind` required and known, `idempotency` known or empty, `args` missing ≡ null."""
+    kind = _member(StepKind, text_field(body, "kind", required=True), "kind")
+    idempotency = _member(
+        Idempotency, text_field(body, "idempotency") or Idempotency.SAFE_TO_RETRY, "idempotency"
+    )
+    reject_present(body, ("resources",), _NO_RESOURCES)
+    args = raw_field(body, "args")
+    args = None if args == "null" else args
+    return StepRequest(
+        kind=kind,
+        target=text_field(body, "target"),
+        args=args,
+        args_hash=args_hash(args or "null"),
+        idempotency=idempotency,
+    )
+
+
+def _member(enum: type[E], text: str, field: str) -> E:
+    try:
+        return enum(text)
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise ValidationFailed(f"validation error: {field} must be one of {allowed}") from None
+
+
 MAX_OUTCOMES = 1000
 
 
-def step_outcomes(body: JsonObject) -> tuple[StepOutcome, ...]:
-    """The `completions` member of the `step-completions` extension: a list of
-    `{"step_id", "result"}` or `{"step_id", "error"}` objects; absent means none."""
+def step_outcomes(body: JsonObject) -> tuple[Carried, ...]:
+    """The `completions` member of our extensions, in the order the steps finished: each item
+    is `{"step_id", "result" | "error"}` (`step-completions`: a submitted step's outcome) or
+    `{"kind", "target", "args", "result" | "error"}` (`step-records`: a step that ran before it
+    was submitted). Absent means none."""
     items = body.get("completions")
     if items is None:
         return ()
@@ -124,10 +159,20 @@ def step_outcomes(body: JsonObject) -> tuple[StepOutcome, ...]:
     return tuple(_outcome(item) for item in items)
 
 
-def _outcome(item: object) -> StepOutcome:
+def _outcome(item: object) -> Carried:
     if not isinstance(item, dict) or ("result" in item) == ("error" in item):
         raise ValidationFailed(
-            "validation error: each completion needs a step_id and exactly one of result, error"
+            "validation error: each completion needs a step_id or a kind, and exactly one of"
+            " result, error"
         )
-    step_id = text_field(item, "step_id", required=True)
-    return StepOutcome(step_id, raw_field(item, "result"), raw_field(item, "error"))
+    result, error = raw_field(item, "result"), raw_field(item, "error")
+    if "step_id" in item or "kind" not in item:
+        step_id = text_field(item, "step_id", required=True)
+        return StepOutcome(step_id, result, error)
+    request = step_request(item)
+    if request.kind not in _RECORDED_KINDS or request.idempotency is not Idempotency.SAFE_TO_RETRY:
+        raise ValidationFailed(
+            "validation error: a completion with a kind records a safe_to_retry tool_call or"
+            " local step"
+        )
+    return StepRecord(request, result, error)

@@ -11,13 +11,10 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
-from rebuno.protocol.extensions import EXTENSIONS_HEADER, OFFERED
+from rebuno.protocol.extensions import EXTENSIONS_HEADER
 from rebuno.protocol.signing import EXECUTION_ID_HEADER, SIGNATURE_HEADER, sign_body
 from rebuno.wire import Pool, TransportError
 
-# Tells an agent of ours which of this kernel's own protocol extensions it may use; other
-# SDKs ignore the header.
-EXTENSIONS = ", ".join(OFFERED)
 DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_ORIGINS = 1024
 """Agent origins kept with open pools; past that the oldest pool is closed."""
@@ -31,14 +28,24 @@ class HttpDeliverer:
         self._pools: dict[str, Pool] = {}
 
     async def deliver(
-        self, url: str, secret: str, execution_id: str, body: bytes, timeout_seconds: float
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
     ) -> DeliveryOutcome:
-        headers = (
+        headers = [
             ("Content-Type", "application/json"),
             (SIGNATURE_HEADER, sign_body(secret, body)),
             (EXECUTION_ID_HEADER, execution_id),
-            (EXTENSIONS_HEADER, EXTENSIONS),
-        )
+        ]
+        if extensions:
+            # Tells an agent of ours which of this kernel's own protocol extensions it may use
+            # on this delivery; other SDKs ignore the header.
+            headers.append((EXTENSIONS_HEADER, ", ".join(extensions)))
         try:
             pool, target = await self._pool_for(url, timeout_seconds)
             response = await pool.request("POST", target, headers, body)

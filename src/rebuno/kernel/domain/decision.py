@@ -33,6 +33,9 @@ class StepDecision:
     approval_id: str | None = None
     reason: str | None = None
     rule_id: str | None = None
+    policy_free: bool = False
+    """The agent had no policy when this was decided, so its `step-records` grant holds on.
+    Never rendered in the body."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +51,23 @@ class StepOutcome:
     step_id: str
     result: RawJson | None = None
     error: RawJson | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A step an agent of ours ran before telling the kernel, reported with its outcome.
+
+    The kernel's own extension `step-records`: while an execution's first delivery runs for an
+    agent without a policy, the kernel lets that agent run `safe_to_retry` steps without asking
+    first and record them afterwards, carried like completions. Losing the report in a crash
+    only re-runs steps that are safe to re-run; the kernel gives them ids and events exactly as
+    if each had been submitted and completed in turn.
+    """
+
+    request: StepRequest
+    result: RawJson | None = None
+    error: RawJson | None = None
+
+
+Carried = StepOutcome | StepRecord
+"""What an agent's request may carry before its own business, in the order it happened."""

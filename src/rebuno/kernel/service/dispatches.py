@@ -23,14 +23,36 @@ from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_executio
 from rebuno.kernel.store.base import ClaimedDispatch, Transaction
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 from rebuno.protocol.events import EventType
+from rebuno.protocol.extensions import OFFERED, STEP_RECORDS
 
 
 class Deliverer(Protocol):
     """POSTs one signed webhook; any 2xx is `ok`. Never raises for a delivery failure."""
 
     async def deliver(
-        self, url: str, secret: str, execution_id: str, body: bytes, timeout_seconds: float
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
     ) -> DeliveryOutcome: ...
+
+
+def offered(claimed: ClaimedDispatch, step_records: bool) -> tuple[str, ...]:
+    """Our extensions this delivery may use. `step-records` lets the agent run steps before
+    reporting them, so it is offered only where no step can have been recorded yet (the
+    execution never started: §10.1 starts it with its first acknowledged delivery or step) and
+    no policy has to decide any step."""
+    if (
+        step_records
+        and claimed.execution_status is ExecutionStatus.PENDING
+        and not claimed.agent.policy_bundle
+    ):
+        return (*OFFERED, STEP_RECORDS)
+    return OFFERED
 
 
 class DispatchUseCases(ServiceBase):
@@ -56,6 +78,7 @@ class DispatchUseCases(ServiceBase):
             dispatch.execution_id,
             webhook_body(dispatch, lease),
             self.settings.dispatch_timeout.total_seconds(),
+            extensions=offered(claimed, self.settings.step_records),
         )
         metrics.delivery_attempted(outcome.ok)
         if outcome.ok:

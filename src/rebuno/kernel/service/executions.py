@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
-from rebuno.kernel.domain.decision import StepOutcome
+from rebuno.kernel.domain.decision import Carried
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, transition
@@ -133,7 +133,17 @@ class ExecutionUseCases(ServiceBase):
             await flush(tx, cancelled, batch)
         self.ended(execution_id)
 
-    async def heartbeat(self, execution_id: str, agent_id: str, lease: Lease) -> None:
+    async def heartbeat(
+        self,
+        execution_id: str,
+        agent_id: str,
+        lease: Lease,
+        outcomes: Sequence[Carried] = (),
+        *,
+        policy: bool = False,
+    ) -> bool:
+        """Renews the lease and records what the heartbeat carries. With `policy`, also
+        answers whether the agent is still without a policy (`step-records`)."""
         async with self.transaction(execution_id) as tx:
             execution = await tx.get_execution(execution_id)
             check_owner(execution, agent_id)
@@ -141,7 +151,10 @@ class ExecutionUseCases(ServiceBase):
             if not await tx.renew_lease(execution_id, lease, now):
                 raise superseded(execution_id, lease)
             batch = EventBatch(execution, now)
-            await flush(tx, mark_started(execution, batch), batch)
+            execution = mark_started(execution, batch)
+            await apply_outcomes(tx, execution_id, lease.dispatch_id, outcomes, batch)
+            await flush(tx, execution, batch)
+            return policy and not (await tx.get_agent(execution.agent_id)).policy_bundle
 
     async def complete_execution(
         self,
@@ -149,7 +162,7 @@ class ExecutionUseCases(ServiceBase):
         agent_id: str,
         lease: Lease,
         output: RawJson,
-        outcomes: Sequence[StepOutcome] = (),
+        outcomes: Sequence[Carried] = (),
     ) -> None:
         await self._finish(
             execution_id, agent_id, lease, ExecutionStatus.COMPLETED, output, "", outcomes
@@ -161,7 +174,7 @@ class ExecutionUseCases(ServiceBase):
         agent_id: str,
         lease: Lease,
         reason: str,
-        outcomes: Sequence[StepOutcome] = (),
+        outcomes: Sequence[Carried] = (),
     ) -> None:
         await self._finish(
             execution_id, agent_id, lease, ExecutionStatus.FAILED, None, reason, outcomes
@@ -175,7 +188,7 @@ class ExecutionUseCases(ServiceBase):
         status: ExecutionStatus,
         output: RawJson | None,
         reason: str,
-        outcomes: Sequence[StepOutcome],
+        outcomes: Sequence[Carried],
     ) -> None:
         """Terminal is checked before the lease (§5.2), then the strong lease check."""
         async with self.transaction(execution_id) as tx:
@@ -186,7 +199,9 @@ class ExecutionUseCases(ServiceBase):
             now = self.clock()
             if not await tx.renew_lease(execution_id, lease, now):
                 raise superseded(execution_id, lease)
-            await finish_execution(tx, execution, status, output, reason, now, outcomes)
+            await finish_execution(
+                tx, execution, status, output, reason, now, outcomes, lease.dispatch_id
+            )
         self.ended(execution_id)
 
 
@@ -197,12 +212,14 @@ async def finish_execution(
     output: RawJson | None,
     reason: str,
     now: datetime,
-    outcomes: Sequence[StepOutcome] = (),
+    outcomes: Sequence[Carried] = (),
+    dispatch_id: str = "",
 ) -> None:
-    """Completes or fails an execution the caller has locked and checked the lease of."""
+    """Completes or fails an execution the caller has locked and checked the lease of;
+    `outcomes` were carried by the lease of `dispatch_id`."""
     batch = EventBatch(execution, now)
     execution = mark_started(execution, batch)
-    await apply_outcomes(tx, execution.id, outcomes, batch)
+    await apply_outcomes(tx, execution.id, dispatch_id, outcomes, batch)
     if status is ExecutionStatus.COMPLETED:
         done = transition(execution, status, now, output=output or "null")
         batch.execution(EventType.EXECUTION_COMPLETED, done, output=Raw(done.output or "null"))

@@ -14,7 +14,13 @@ from functools import cache, partial
 
 from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
-from rebuno.kernel.domain.decision import StepDecision, StepOutcome, StepRequest
+from rebuno.kernel.domain.decision import (
+    Carried,
+    StepDecision,
+    StepOutcome,
+    StepRecord,
+    StepRequest,
+)
 from rebuno.kernel.domain.errors import Conflict, NotFound, ValidationFailed
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, transition
@@ -25,7 +31,7 @@ from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
 from rebuno.kernel.service.approvals import create_approval
 from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started, superseded
-from rebuno.kernel.store.base import StepKey, Transaction
+from rebuno.kernel.store.base import StepIdFn, StepKey, Submission, Transaction
 from rebuno.kernel.stream.bus import Delta
 from rebuno.protocol.enums import (
     Decision,
@@ -51,7 +57,7 @@ class StepUseCases(ServiceBase):
         agent_id: str,
         lease: Lease,
         request: StepRequest,
-        outcomes: Sequence[StepOutcome] = (),
+        outcomes: Sequence[Carried] = (),
     ) -> StepDecision:
         key = StepKey(request.kind, request.target, request.args_hash)
         # Cached: a store that looks the step up by id and this use case ask for the same one.
@@ -67,7 +73,7 @@ class StepUseCases(ServiceBase):
         woke = False
         async with self.transaction(execution_id) as tx:
             now = self.clock()
-            carried = [outcome.step_id for outcome in outcomes]
+            carried = [o.step_id for o in outcomes if isinstance(o, StepOutcome)]
             sub = await tx.load_submission(execution_id, lease, key, step_id_for, now, carried)
             execution = sub.execution
             check_owner(execution, agent_id)
@@ -78,7 +84,11 @@ class StepUseCases(ServiceBase):
                 raise superseded(execution_id, lease)
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
-            await apply_outcomes(tx, execution_id, outcomes, batch, sub.completing)
+            reported = await apply_outcomes(
+                tx, execution_id, lease.dispatch_id, outcomes, batch, sub.completing
+            )
+            if key in reported:
+                sub = await _after_reported(tx, sub, execution, reported[key] + 1, step_id_for)
             step_id = step_id_for(sub.occurrence)
             if sub.existing is not None:
                 decision = await self._decide_recorded(tx, sub.existing, request, batch)
@@ -86,6 +96,8 @@ class StepUseCases(ServiceBase):
                 decision, execution = await self._decide_new(
                     tx, execution, sub.policy_bundle, step_id, sub.occurrence, request, batch
                 )
+                if not sub.policy_bundle:
+                    decision = replace(decision, policy_free=True)
             if decision.step_id is not None and (
                 decision.decision in _COUNTED or decision.approval_id is not None
             ):
@@ -350,6 +362,23 @@ class StepUseCases(ServiceBase):
         self.bus.publish(execution_id, Delta(step_id=step_id, seq=seq, data=data))
 
 
+async def _after_reported(
+    tx: Transaction,
+    sub: Submission,
+    execution: Execution,
+    occurrence: int,
+    step_id_for: StepIdFn,
+) -> Submission:
+    """The submission re-read past the steps of its own key that the same request reported."""
+    if occurrence <= sub.occurrence:
+        return sub
+    existing = await tx.get_step(step_id_for(occurrence))
+    bundle = sub.policy_bundle
+    if sub.existing is not None and existing is None:
+        bundle = (await tx.get_agent(execution.agent_id)).policy_bundle
+    return replace(sub, occurrence=occurrence, existing=existing, policy_bundle=bundle)
+
+
 def _new_step(
     execution_id: str, step_id: str, occurrence: int, request: StepRequest, batch: EventBatch
 ) -> Step:
@@ -380,19 +409,42 @@ def _replace_status(step: Step, status: StepStatus) -> Step:
 async def apply_outcomes(
     tx: Transaction,
     execution_id: str,
-    outcomes: Sequence[StepOutcome],
+    dispatch_id: str,
+    outcomes: Sequence[Carried],
     batch: EventBatch,
     loaded: Sequence[Step] | None = None,
-) -> None:
-    """Records completions sent along with another request (the `step-completions`
-    extension). A step that is no longer executing keeps what it has: a terminal outcome is
-    never overwritten, and the agent learns nothing new from a refusal here."""
+) -> dict[StepKey, int]:
+    """Records what an agent's request carries before its own business, in order: completions
+    (`step-completions`) and steps that ran before they were submitted (`step-records`).
+
+    A completion for a step that is no longer executing changes nothing: a terminal outcome is
+    never overwritten, and the agent learns nothing new from a refusal here. A reported step
+    takes the next occurrence of its key in this attempt and gets the events a submission and
+    a completion would have written; one already recorded under that id is kept as it is.
+    Returns the occurrence each reported key reached, which a submission in the same request
+    continues from."""
     if not outcomes:
-        return
-    if loaded is None:
-        loaded = await tx.get_steps(execution_id, [o.step_id for o in outcomes])
-    found = {step.step_id: step for step in loaded}
-    for outcome in outcomes:
+        return {}
+    reported = _reported(execution_id, outcomes, await _consumed(tx, dispatch_id, outcomes))
+    wanted = [o.step_id for o in outcomes if isinstance(o, StepOutcome)] if loaded is None else []
+    wanted.extend(step_id for step_id, _, _ in reported.values())
+    found = {
+        step.step_id: step for step in (*(loaded or ()), *await tx.get_steps(execution_id, wanted))
+    }
+    consumed: dict[StepKey, int] = {}
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, StepRecord):
+            step_id, key, occurrence = reported[index]
+            consumed[key] = occurrence
+            if step_id in found:
+                log.info(
+                    "ignored a reported step: execution_id=%s step_id=%s is recorded already",
+                    execution_id,
+                    step_id,
+                )
+                continue
+            found[step_id] = await _record_reported(tx, outcome, step_id, occurrence, batch)
+            continue
         step = found.get(outcome.step_id)
         if step is None or step.status is not StepStatus.EXECUTING:
             log.info(
@@ -405,6 +457,53 @@ async def apply_outcomes(
         done = _record_outcome(step, outcome.result, outcome.error, batch)
         await tx.update_step(done)
         found[step.step_id] = done
+    for key, occurrence in consumed.items():
+        await tx.set_occurrence(dispatch_id, key, occurrence)
+    return consumed
+
+
+async def _consumed(
+    tx: Transaction, dispatch_id: str, outcomes: Sequence[Carried]
+) -> dict[StepKey, int]:
+    keys = {_key(o.request) for o in outcomes if isinstance(o, StepRecord)}
+    return await tx.counters(dispatch_id, list(keys)) if keys else {}
+
+
+def _reported(
+    execution_id: str, outcomes: Sequence[Carried], consumed: dict[StepKey, int]
+) -> dict[int, tuple[str, StepKey, int]]:
+    """The id, key and occurrence of each reported step, by its index among `outcomes`."""
+    counted = dict(consumed)
+    reported: dict[int, tuple[str, StepKey, int]] = {}
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, StepRecord):
+            key = _key(outcome.request)
+            occurrence = counted.get(key, -1) + 1
+            counted[key] = occurrence
+            step_id = compute_step_id(
+                execution_id, key.kind.value, key.target, key.args_hash, occurrence
+            )
+            reported[index] = (step_id, key, occurrence)
+    return reported
+
+
+async def _record_reported(
+    tx: Transaction, report: StepRecord, step_id: str, occurrence: int, batch: EventBatch
+) -> Step:
+    """A step that ran before it was submitted, with the events of both in turn."""
+    step = _new_step(batch.execution_id, step_id, occurrence, report.request, batch)
+    batch.step(EventType.STEP_PROPOSED, step)
+    # The grant stands for the permissive policy it was given under.
+    batch.step(EventType.STEP_ALLOWED, step, rule_id=PERMISSIVE.rule_id)
+    executing = steps.start(step, batch.now)
+    batch.step(EventType.STEP_EXECUTING, executing)
+    done = _record_outcome(executing, report.result, report.error, batch)
+    await tx.insert_step(done)
+    return done
+
+
+def _key(request: StepRequest) -> StepKey:
+    return StepKey(request.kind, request.target, request.args_hash)
 
 
 def _record_outcome(

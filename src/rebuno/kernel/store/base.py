@@ -138,6 +138,11 @@ class Transaction(Protocol):
         """The steps of this execution among `step_ids`, in no particular order."""
         ...
 
+    async def counters(self, dispatch_id: str, keys: Sequence[StepKey]) -> dict[StepKey, int]:
+        """The occurrences the lease's dispatch has consumed for each of `keys` it has used
+        (§7.3); a key it has not used is absent."""
+        ...
+
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None: ...
 
     async def get_agent(self, agent_id: str) -> Agent:

@@ -31,6 +31,7 @@ from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter
 from rebuno.protocol.enums import ExecutionStatus
+from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
 # Later-extension fields of `POST /v0/executions` (§21.3): refused rather than silently
 # ignored, since ignoring idempotency or session semantics would mislead the caller.
@@ -132,8 +133,17 @@ class ExecutionRoutes:
     async def heartbeat(self, request: Request) -> Response:
         caller = await self._gate.agent(request)
         target, lease = execution_id(request), params.required_lease(request.headers)
-        await self._kernel.heartbeat(target, caller.agent_id, lease)
-        return no_content()
+        # `step-records`: a heartbeat may carry completions and asks whether the agent may
+        # go on reporting steps after they ran. The standard heartbeat has no body.
+        outcomes = step_outcomes(parse_object(caller.body)) if caller.body.strip() else ()
+        asked = asks_for(request.headers, STEP_RECORDS)
+        granted = await self._kernel.heartbeat(
+            target, caller.agent_id, lease, outcomes, policy=asked
+        )
+        response = no_content()
+        if granted:
+            response.headers[EXTENSIONS_HEADER] = STEP_RECORDS
+        return response
 
     async def complete(self, request: Request) -> Response:
         caller = await self._gate.agent(request)

@@ -7,8 +7,6 @@ Must not import a store backend or the dispatcher.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from enum import StrEnum
-from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,24 +15,21 @@ from starlette.routing import BaseRoute
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
-    JsonObject,
     parse_object,
     raw_field,
     reject_present,
     step_outcomes,
-    text_field,
+    step_request,
 )
 from rebuno.kernel.api.routes.executions import execution_id
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, render_decision, render_step
-from rebuno.kernel.domain.decision import StepDecision, StepRequest
-from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.domain.decision import StepDecision
 from rebuno.kernel.domain.records import Lease, RawJson
 from rebuno.kernel.service.kernel import Kernel
-from rebuno.protocol.canonical import args_hash
-from rebuno.protocol.enums import Idempotency, StepKind, StepStatus
+from rebuno.protocol.enums import StepStatus
+from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
-E = TypeVar("E", bound=StrEnum)
 RecordOutcome = Callable[[str, str, str, Lease, RawJson], Awaitable[StepDecision]]
 CAPTURE_FIELDS = ("captures", "capture_failures")
 _NO_RESOURCES = "this kernel has no resource support"
@@ -42,37 +37,11 @@ TERMINAL = "terminal"
 STEP_STATUSES = frozenset(status.value for status in StepStatus)
 
 
-def _member(enum: type[E], text: str, field: str) -> E:
-    try:
-        return enum(text)
-    except ValueError:
-        allowed = ", ".join(member.value for member in enum)
-        raise ValidationFailed(f"validation error: {field} must be one of {allowed}") from None
-
-
 def step_filter(text: str) -> str | None:
     """`terminal` or one step status filters; any other value lists every step (§5.2)."""
     if text == TERMINAL or text in STEP_STATUSES:
         return text
     return None
-
-
-def step_request(body: JsonObject) -> StepRequest:
-    """§5.2: `kind` required and known, `idempotency` known or empty, `args` missing ≡ null."""
-    kind = _member(StepKind, text_field(body, "kind", required=True), "kind")
-    idempotency = _member(
-        Idempotency, text_field(body, "idempotency") or Idempotency.SAFE_TO_RETRY, "idempotency"
-    )
-    reject_present(body, ("resources",), _NO_RESOURCES)
-    args = raw_field(body, "args")
-    args = None if args == "null" else args
-    return StepRequest(
-        kind=kind,
-        target=text_field(body, "target"),
-        args=args,
-        args_hash=args_hash(args or "null"),
-        idempotency=idempotency,
-    )
 
 
 class StepRoutes:
@@ -111,7 +80,11 @@ class StepRoutes:
         decision = await self._kernel.submit_step(
             target, caller.agent_id, lease, step_request(body), step_outcomes(body)
         )
-        return json_response(render_decision(decision))
+        response = json_response(render_decision(decision))
+        if decision.policy_free and asks_for(request.headers, STEP_RECORDS):
+            # `step-records`: the agent may keep running steps before it reports them.
+            response.headers[EXTENSIONS_HEADER] = STEP_RECORDS
+        return response
 
     async def complete(self, request: Request) -> Response:
         return await self._finish(request, "result", self._kernel.complete_step)

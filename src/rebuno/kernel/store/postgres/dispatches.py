@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rebuno.kernel.domain.records import Dispatch, Lease
-from rebuno.kernel.store.base import ClaimedDispatch
+from rebuno.kernel.store.base import ClaimedDispatch, StepKey
 from rebuno.kernel.store.postgres import agents
 from rebuno.kernel.store.postgres.connection import Connection
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
@@ -34,6 +34,11 @@ _RENEW = """
     WHERE id = %(dispatch_id)s AND execution_id = %(execution_id)s AND attempt = %(attempt)s
         AND status = 'in_flight'
     RETURNING 1
+"""
+_COUNTERS = """
+    SELECT kind, target, args_hash, consumed FROM dispatch_step_counters
+    WHERE dispatch_id = %s AND (kind, target, args_hash) IN (
+        SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))
 """
 _CLAIM = f"""
     WITH due AS (
@@ -138,3 +143,16 @@ async def reclaim_page(conn: Connection, now: datetime, default_lease: timedelta
     """Returns up to one page of expired leases to the queue; how many it returned."""
     cur = await conn.execute(_RECLAIM, {"now": now, "default_lease": default_lease.total_seconds()})
     return cur.rowcount
+
+
+async def counters(
+    conn: Connection, dispatch_id: str, keys: Sequence[StepKey]
+) -> dict[StepKey, int]:
+    """The occurrences this dispatch's attempt has consumed for each of `keys` it used."""
+    wanted = {(key.kind.value, key.target, key.args_hash): key for key in keys}
+    kinds, targets, hashes = (list(column) for column in zip(*wanted, strict=True))
+    cur = await conn.execute(_COUNTERS, (dispatch_id, kinds, targets, hashes))
+    return {
+        wanted[(kind, target, hashed)]: int(used)
+        for kind, target, hashed, used in await cur.fetchall()
+    }

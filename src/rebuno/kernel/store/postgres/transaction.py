@@ -121,6 +121,9 @@ class PostgresTransaction:
             return []
         return await self._run(steps.get_many, execution_id, step_ids)
 
+    async def counters(self, dispatch_id: str, keys: Sequence[StepKey]) -> dict[StepKey, int]:
+        return await self._run(dispatches.counters, dispatch_id, keys) if keys else {}
+
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
         return await self._run(dispatches.get, dispatch_id)
 

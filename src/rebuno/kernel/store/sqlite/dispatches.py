@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -124,6 +125,21 @@ def set_occurrence(conn: sqlite3.Connection, dispatch_id: str, key: StepKey, con
                DO UPDATE SET consumed = max(consumed, excluded.consumed)""",
             (dispatch_id, key.kind.value, key.target, key.args_hash, consumed),
         )
+
+
+def counters(
+    conn: sqlite3.Connection, dispatch_id: str, keys: Sequence[StepKey]
+) -> dict[StepKey, int]:
+    """The occurrences this dispatch's attempt has consumed for each of `keys` it used."""
+    wanted = {(key.kind.value, key.target, key.args_hash): key for key in keys}
+    rows = conn.execute(
+        """SELECT kind, target, args_hash, consumed FROM dispatch_step_counters
+           WHERE dispatch_id = ? AND (kind, target, args_hash) IN (
+               SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                   json_extract(value, '$[2]') FROM json_each(?))""",
+        (dispatch_id, json.dumps(list(wanted))),
+    ).fetchall()
+    return {wanted[(kind, target, hashed)]: int(used) for kind, target, hashed, used in rows}
 
 
 def claim(

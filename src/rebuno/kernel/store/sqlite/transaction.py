@@ -80,6 +80,9 @@ class SqliteTransaction:
     async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
         return self._run(steps.find_many, execution_id, step_ids) if step_ids else []
 
+    async def counters(self, dispatch_id: str, keys: Sequence[StepKey]) -> dict[StepKey, int]:
+        return self._run(dispatches.counters, dispatch_id, keys) if keys else {}
+
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
         return self._run(dispatches.find, dispatch_id)
 
