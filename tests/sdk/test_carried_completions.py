@@ -1,14 +1,24 @@
 """Our SDK uses the kernel's `step-completions` extension: a `safe_to_retry` step's result
 travels with the next kernel call (same transaction, so its events share `occurred_at`), and
-waits no longer than a moment when the handler has no next call."""
+waits no longer than a moment when the handler has no next call. The kernel here offers no
+`step-records`, so every step is submitted before it runs (see test_step_records.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+
+import pytest
 
 from rebuno import execution, step, tool
+from rebuno.kernel.config import Settings
 from tests.sdk.conftest import Harness
 from tests.support import wait_until
+
+
+@pytest.fixture
+def kernel_settings(kernel_settings: Settings) -> Settings:
+    return replace(kernel_settings, step_records=False)
 
 
 async def test_result_travels_with_the_next_submission(harness: Harness) -> None:

@@ -20,7 +20,7 @@ import pytest
 import uvloop
 
 from rebuno.protocol import signing
-from rebuno.sdk._kernel import Completion, KernelClient, Lease, encode_json
+from rebuno.sdk._kernel import Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError
 from rebuno.wire import PARSERS, Pool, Response, Timeout, TransportError
 from tests.sdk.loopback import serving
@@ -502,28 +502,38 @@ async def test_kernel_client_signs_the_target_and_body_it_sends() -> None:
     async with scripted(decide) as server:
         kernel = KernelClient(agent_id="a", secret=SECRET, base_url=server.url, timeout=5)
         try:
-            decision = await kernel.submit_step(
+            decision, granted = await kernel.submit_step(
                 "exec/1",
                 LEASE,
                 kind="tool_call",
                 target="t",
                 args=encode_json({"q": "é"}),
                 idempotency="unsafe",
-                completions=[Completion("s0", encode_json([1, "two"]))],
+                completions=[
+                    Completion("s0", encode_json([1, "two"])),
+                    Report("local", "roll", encode_json({"sides": 6}), error=encode_json("x")),
+                ],
+                ask_records=True,
             )
         finally:
             await kernel.aclose()
 
     sent = server.seen[0]
     assert decision.decision == "replay" and decision.result == {"n": 1}
+    # The fake kernel answers without `Rebuno-Extensions`, so the grant does not go on.
+    assert granted is False
     assert sent.head.startswith(b"POST /v0/executions/exec%2F1/steps HTTP/1.1\r\n")
+    assert b"\r\nRebuno-Extensions: step-records\r\n" in sent.head
     assert _verified(sent)
     assert json.loads(sent.body) == {
         "kind": "tool_call",
         "target": "t",
         "args": {"q": "é"},
         "idempotency": "unsafe",
-        "completions": [{"step_id": "s0", "result": [1, "two"]}],
+        "completions": [
+            {"step_id": "s0", "result": [1, "two"]},
+            {"kind": "local", "target": "roll", "args": {"sides": 6}, "error": "x"},
+        ],
     }
 
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, assert_never
 from pydantic import BaseModel
 
 from rebuno.protocol.enums import Decision, StepKind
-from rebuno.sdk._kernel import Completion, KernelClient, Lease, encode_json
+from rebuno.sdk._kernel import Carried, Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import (
     APIError,
     Blocked,
@@ -41,6 +41,8 @@ _HEARTBEAT_CAP = 30.0
 # is sent on its own, so a handler busy between steps does not leave a finished step looking
 # unfinished for long.
 CARRY_DELAY_SECONDS = 0.02
+# At most this many wait at once (the kernel takes 1,000 per request).
+MAX_CARRIED = 256
 
 _DECISIONS = {member.value: member for member in Decision}
 
@@ -68,6 +70,7 @@ class ExecutionContext:
         input: Any = None,
         status: str = "running",
         carry_completions: bool = False,
+        report_steps: bool = False,
     ) -> None:
         self.id = execution_id
         self.agent_id = agent_id
@@ -81,8 +84,11 @@ class ExecutionContext:
         self.kernel_unreachable = False
         """A kernel call failed without an answer (network, 5xx): the outcome of this run
         cannot be trusted to be recorded, so it ends quietly and the lease redelivers it."""
-        self._carry = carry_completions
-        self._carried: list[Completion] = []
+        self._carry = carry_completions or report_steps
+        self._heartbeat_carries = report_steps
+        self._reporting = report_steps
+        """`step-records` holds: safe steps run first and are reported afterwards."""
+        self._carried: list[Carried] = []
         self._carry_flush: asyncio.TimerHandle | None = None
         self._carried_at = 0.0
 
@@ -115,7 +121,10 @@ class ExecutionContext:
         `ToolError`; every other decision raises (`PolicyError`, `RateLimited`, `Blocked`,
         `Terminated`). `args` must be JSON: anything else raises `TypeError` before any call.
         """
-        decision = await self._submit(kind, target, encode_json(args), idempotency)
+        encoded = encode_json(args)
+        if self._reporting and idempotency == "safe_to_retry" and kind != StepKind.LLM_CALL:
+            return await self._run_unsubmitted(kind, target, encoded, run)
+        decision = await self._submit(kind, target, encoded, idempotency)
         match _decision(decision):
             case Decision.PROCEED:
                 return await self._run_body(decision.step_id, target, run, idempotency)
@@ -150,6 +159,7 @@ class ExecutionContext:
 
     async def _submit(self, kind: str, target: str, args: bytes, idempotency: str) -> StepDecision:
         # `args` is encoded before the completions are taken, so a refused value loses none.
+        asked = self._reporting
         send = self._kernel.submit_step(
             self.id,
             self._lease,
@@ -158,10 +168,36 @@ class ExecutionContext:
             args=args,
             idempotency=idempotency,
             completions=self.take_completions(),
+            ask_records=asked,
         )
-        return await self._guard(send)
+        decision, granted = await self._guard(send)
+        if asked and not granted:
+            self._reporting = False
+        return decision
 
-    def take_completions(self) -> list[Completion]:
+    async def _run_unsubmitted(
+        self, kind: str, target: str, args: bytes, run: Callable[[], Any] | None
+    ) -> Any:
+        """`step-records`: the kernel has said no policy decides this agent's steps and none
+        was recorded before this delivery, so a `safe_to_retry` step runs at once and is
+        reported with its outcome by a later call. A crash before that only runs it again."""
+        if self.signal is not None:
+            raise self.signal
+        if self.superseded:
+            raise LeaseSuperseded("the lease of this delivery was superseded")
+        try:
+            result = await _call(run)
+            recorded = _recorded(result)
+        except (Blocked, Terminated, LeaseSuperseded):
+            raise
+        except Exception as exc:
+            error = encode_json(_error_of(exc))
+            await self._hold(Report(kind, target, args, error=error))
+            raise ToolError(str(exc) or type(exc).__name__, target) from exc
+        await self._hold(Report(kind, target, args, result=recorded))
+        return result
+
+    def take_completions(self) -> list[Carried]:
         """The completions waiting to be carried by the next kernel call, now handed over."""
         carried, self._carried = self._carried, []
         return carried
@@ -169,7 +205,11 @@ class ExecutionContext:
     async def flush_completions(self) -> None:
         """Sends waiting completions on their own. Best-effort: a completion that is lost
         only re-runs a `safe_to_retry` step on the next delivery."""
+        if self._heartbeat_carries:
+            await self._flush_by_heartbeat()
+            return
         for carried in self.take_completions():
+            assert isinstance(carried, Completion)
             try:
                 send = self._kernel.complete_step(
                     self.id, carried.step_id, self._lease, carried.result
@@ -184,16 +224,47 @@ class ExecutionContext:
                 )
                 return
 
+    async def _flush_by_heartbeat(self) -> None:
+        """Everything waiting, in one heartbeat, which also says whether `step-records` holds."""
+        carried = self.take_completions()
+        if not carried:
+            return
+        asked = self._reporting
+        try:
+            send = self._kernel.heartbeat(self.id, self._lease, carried, asked)
+            if asked and not await self._guard(send):
+                self._reporting = False
+        except RebunoError as exc:
+            logger.warning(
+                "could not record %d steps of execution_id=%s: %s", len(carried), self.id, exc
+            )
+
     async def _record(self, step_id: str, result: bytes, idempotency: str) -> None:
         if self._carry and idempotency == "safe_to_retry":
-            loop = self._loop or asyncio.get_running_loop()
-            if not self._carried:
-                self._carried_at = loop.time()
-            self._carried.append(Completion(step_id, result))
-            if self._carry_flush is None:
-                self._carry_flush = loop.call_later(CARRY_DELAY_SECONDS, self._flush_later)
+            await self._hold(Completion(step_id, result))
             return
         await self._guard(self._kernel.complete_step(self.id, step_id, self._lease, result))
+
+    async def _hold(self, carried: Carried) -> None:
+        """Keeps `carried` for the next kernel call, for at most `CARRY_DELAY_SECONDS`; a
+        full list is sent at once, before the handler goes on."""
+        loop = self._loop or asyncio.get_running_loop()
+        if not self._carried:
+            self._carried_at = loop.time()
+        self._carried.append(carried)
+        if len(self._carried) >= MAX_CARRIED:
+            await self.flush_completions()
+        elif self._carry_flush is None:
+            if loop is asyncio.get_running_loop():
+                self._arm_flush()
+            else:
+                # A tool awaited on another thread's loop: the timer belongs to the owner's.
+                loop.call_soon_threadsafe(self._arm_flush)
+
+    def _arm_flush(self) -> None:
+        if self._carry_flush is None:
+            loop = self._loop or asyncio.get_running_loop()
+            self._carry_flush = loop.call_later(CARRY_DELAY_SECONDS, self._flush_later)
 
     def _flush_later(self) -> None:
         # Taking the completions leaves this timer running, which spares setting and cancelling
@@ -266,7 +337,7 @@ class ExecutionContext:
         return result
 
     async def _fail_quietly(self, step_id: str, exc: Exception) -> None:
-        error = {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
+        error = _error_of(exc)
         try:
             await self._guard(self._kernel.fail_step(self.id, step_id, self._lease, error))
         except RebunoError as failure:
@@ -352,6 +423,11 @@ def _recorded(value: Any) -> bytes:
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     return encode_json(value)
+
+
+def _error_of(exc: Exception) -> dict[str, str]:
+    """How a step body's exception is recorded."""
+    return {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
 
 
 def _decision(decision: StepDecision) -> Decision:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rebuno.protocol import signing
+from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, parse
 from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.types import Execution, StepDecision
 from rebuno.wire import Pool, Response
@@ -44,6 +45,22 @@ class Completion:
 
     step_id: str
     result: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A step that ran before it was submitted (`step-records`), waiting to travel with a
+    later kernel call: its kind, target and arguments, and its result or error, as JSON."""
+
+    kind: str
+    target: str
+    args: bytes
+    result: bytes | None = None
+    error: bytes | None = None
+
+
+Carried = Completion | Report
+_ASK_RECORDS = (EXTENSIONS_HEADER, STEP_RECORDS)
 
 
 def encode_json(value: Any) -> bytes:
@@ -82,15 +99,17 @@ class KernelClient:
         target: str,
         args: bytes,
         idempotency: str,
-        completions: list[Completion] | None = None,
-    ) -> StepDecision:
-        """Submit a step whose `args` are already encoded with `encode_json`."""
+        completions: list[Carried] | None = None,
+        ask_records: bool = False,
+    ) -> tuple[StepDecision, bool]:
+        """Submit a step whose `args` are already encoded with `encode_json`. With
+        `ask_records`, also returns whether the kernel lets the `step-records` grant go on."""
         fields = {"kind": kind, "target": target, "idempotency": idempotency}
         body = _body(fields, args=args, completions=_encoded(completions))
         path = f"/v0/executions/{segment(execution_id)}/steps"
-        response = await self._send("POST", path, body, lease)
+        response = await self._send("POST", path, body, lease, ask_records)
         # Validation costs about what json.loads alone does here, so the model stays checked.
-        return StepDecision.model_validate_json(response.body)
+        return StepDecision.model_validate_json(response.body), _granted(response, ask_records)
 
     async def complete_step(
         self, execution_id: str, step_id: str, lease: Lease, result: bytes
@@ -109,16 +128,26 @@ class KernelClient:
         path = _step_path(execution_id, step_id, "stream")
         await self._send("POST", path, encode_json({"seq": seq, "data": data}), lease)
 
-    async def heartbeat(self, execution_id: str, lease: Lease) -> None:
+    async def heartbeat(
+        self,
+        execution_id: str,
+        lease: Lease,
+        completions: list[Carried] | None = None,
+        ask_records: bool = False,
+    ) -> bool:
+        """Renew the lease; a kernel offering `step-records` also takes carried completions
+        here. With `ask_records`, returns whether the grant goes on."""
         path = f"/v0/executions/{segment(execution_id)}/heartbeat"
-        await self._send("POST", path, b"", lease)
+        body = _body({}, completions=_encoded(completions)) if completions else b""
+        response = await self._send("POST", path, body, lease, ask_records)
+        return _granted(response, ask_records)
 
     async def complete_execution(
         self,
         execution_id: str,
         lease: Lease,
         output: Any,
-        completions: list[Completion] | None = None,
+        completions: list[Carried] | None = None,
     ) -> None:
         body = _body({"output": output}, completions=_encoded(completions))
         path = f"/v0/executions/{segment(execution_id)}/complete"
@@ -129,18 +158,25 @@ class KernelClient:
         execution_id: str,
         lease: Lease,
         error: str,
-        completions: list[Completion] | None = None,
+        completions: list[Carried] | None = None,
     ) -> None:
         body = _body({"error": error}, completions=_encoded(completions))
         path = f"/v0/executions/{segment(execution_id)}/fail"
         await self._send("POST", path, body, lease)
 
     async def _send(
-        self, method: str, path: str, content: bytes = b"", lease: Lease | None = None
+        self,
+        method: str,
+        path: str,
+        content: bytes = b"",
+        lease: Lease | None = None,
+        ask_records: bool = False,
     ) -> Response:
         pool = self._pool or self._open()
         target = pool.prefix + path
         headers = self._signed(method, target, content, lease)
+        if ask_records:
+            headers.append(_ASK_RECORDS)
         return await send(pool, method, target, headers, content, path)
 
     def _signed(
@@ -178,14 +214,30 @@ def _body(fields: dict[str, Any], **encoded: bytes | None) -> bytes:
     return b"{" + b", ".join(members) + b"}"
 
 
-def _encoded(completions: list[Completion] | None) -> bytes | None:
+def _encoded(completions: list[Carried] | None) -> bytes | None:
     if not completions:
         return None
-    items = (
-        b'{"step_id": %s, "result": %s}' % (encode_json(each.step_id), each.result)
-        for each in completions
+    return b"[" + b", ".join(_item(each) for each in completions) + b"]"
+
+
+def _item(carried: Carried) -> bytes:
+    if isinstance(carried, Completion):
+        return b'{"step_id": %s, "result": %s}' % (encode_json(carried.step_id), carried.result)
+    fields = encode_json({"kind": carried.kind, "target": carried.target})[1:-1]
+    if carried.error is not None:
+        return b'{%s, "args": %s, "error": %s}' % (fields, carried.args, carried.error)
+    return b'{%s, "args": %s, "result": %s}' % (fields, carried.args, carried.result)
+
+
+def _granted(response: Response, asked: bool) -> bool:
+    """Whether the answer to a request that asked for `step-records` lets the grant go on."""
+    if not asked:
+        return False
+    name = EXTENSIONS_HEADER.lower().encode()
+    return any(
+        key == name and STEP_RECORDS in parse(value.decode("latin-1"))
+        for key, value in response.headers
     )
-    return b"[" + b", ".join(items) + b"]"
 
 
 def _step_path(execution_id: str, step_id: str, action: str) -> str:

@@ -20,8 +20,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from rebuno.protocol import signing
-from rebuno.protocol.extensions import EXTENSIONS_HEADER
-from rebuno.protocol.extensions import STEP_COMPLETIONS as CARRY_COMPLETIONS
+from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_COMPLETIONS, STEP_RECORDS
 from rebuno.sdk._context import ExecutionContext, jsonable
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._kernel import KernelClient
@@ -193,7 +192,8 @@ class Agent:
             execution_id=delivery.execution_id,
             lease=delivery.lease,
             agent_id=self.agent_id,
-            carry_completions=CARRY_COMPLETIONS in delivery.extensions,
+            carry_completions=STEP_COMPLETIONS in delivery.extensions,
+            report_steps=STEP_RECORDS in delivery.extensions,
         )
         try:
             await self._run(context)
