@@ -3,7 +3,8 @@
 Run as `python -m bench.agent`; configured by the environment: `REBUNO_URL`,
 `REBUNO_AGENT_SECRET`, `BENCH_AGENT_ID`, `BENCH_PORT`, `BENCH_MARKS` (a JSON-lines file the
 harness reads: webhook arrivals, step bodies, finished loops) and `BENCH_CRASH_AT` (the step
-whose body kills this process with SIGKILL, after every earlier step was recorded).
+whose body kills this process with SIGKILL, after every earlier step was recorded: an
+`at_most_once` step just before it records them).
 
 The agent is served exactly as a user would serve it (`Agent.app` under uvicorn); the only
 addition is a thin ASGI wrapper that notes when each webhook arrives. Imports only the public
@@ -63,6 +64,11 @@ async def work(steps: int, mark: bool = False, hold: bool = False) -> dict[str, 
     ends: list[int] = []
     last: Any = None
     for i in range(steps):
+        if mark and i + 1 == CRASH_AT:
+            # A step that must not run twice is recorded before its body runs, and with it
+            # every step before it: without this, steps the SDK has not reported yet (see
+            # `step-records`) would run again after the crash, as they safely may.
+            await step("checkpoint", _nothing, idempotency="at_most_once")
         last = await step("work", payload, args={"i": i, "mark": mark})
         ends.append(time.perf_counter_ns())
     if hold:
@@ -78,6 +84,10 @@ async def work(steps: int, mark: bool = False, hold: bool = False) -> dict[str, 
         )
         await asyncio.Event().wait()
     return {"steps": steps, "last": last}
+
+
+def _nothing() -> None:
+    return None
 
 
 def _tenths(started: int, ends: list[int]) -> list[int]:

@@ -32,7 +32,7 @@ def recovery(ctx: Context) -> Outcome:
     """C: the agent SIGKILLs itself inside step `c_crash_at`; a new agent is started at once.
     The figure is from that restart to the kernel recording the execution completed."""
     sizes, outcome = ctx.sizes, Outcome()
-    with rig(ctx.store, ctx.workdir / "C", _kernel_env(ctx), ctx.sizes.pg_workers) as current:
+    with rig(ctx.store, ctx.workdir / "C", _kernel_env(ctx), ctx.sizes) as current:
         reps = [_recovery_rep(current, ctx) for _ in range(sizes.reps)]
     outcome.add_from(reps, {"recovery": "s", "recovery_seen_by_client": "s"}, "C")
     outcome.details["C.lease_s"] = sizes.lease_seconds
@@ -98,7 +98,7 @@ def replay_cost(ctx: Context) -> Outcome:
     replays: dict[int, list[dict[str, float]]] = {}
     tenths: dict[str, list[float]] = {}
     outcome.details["E.per_step_us_by_tenth"] = tenths
-    with rig(ctx.store, ctx.workdir / "E", env, sizes.pg_workers) as current:
+    with rig(ctx.store, ctx.workdir / "E", env, sizes) as current:
         warm_up(current, ctx, sizes.a_steps)
         for steps in sizes.e_histories:
             recorded, replays[steps] = _history(current, ctx, steps, tenths)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.processes import TOKEN, AgentProcess, Kernel, Store, free_port, fresh_store
+from bench.sizes import Sizes
 
 
 @dataclass(slots=True)
@@ -59,17 +60,20 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(
-    store_name: str, workdir: Path, kernel_env: Mapping[str, str], workers: int = 1
+    store_name: str, workdir: Path, kernel_env: Mapping[str, str], sizes: Sizes
 ) -> Iterator[Rig]:
     """A kernel on a fresh `store_name` store and a listening agent; both stopped afterwards.
-    On PostgreSQL, `workers` above 1 runs the kernel as that many worker processes."""
+    On PostgreSQL, `sizes.pg_workers` above 1 runs the kernel as that many worker processes;
+    `sizes.step_records` 0 turns the kernel's `step-records` extension off."""
     workdir.mkdir(parents=True, exist_ok=True)
     marks = workdir / "marks.jsonl"
     marks.touch()
     port = free_port()
     with fresh_store(store_name, workdir) as store:
-        if store_name == "postgres" and workers > 1:
-            kernel_env = {**kernel_env, "REBUNO_WORKERS": str(workers)}
+        if store_name == "postgres" and sizes.pg_workers > 1:
+            kernel_env = {**kernel_env, "REBUNO_WORKERS": str(sizes.pg_workers)}
+        if not sizes.step_records:
+            kernel_env = {**kernel_env, "REBUNO_STEP_RECORDS": "false"}
         kernel = Kernel(store, workdir, port, kernel_env)
         try:
             agent = AgentProcess(kernel.url, port, marks, workdir / "agent-0.log")

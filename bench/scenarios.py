@@ -55,7 +55,7 @@ def sequential_latency(ctx: Context) -> Outcome:
     dispatch latency of the same executions (nothing else runs meanwhile)."""
     sizes, outcome = ctx.sizes, Outcome()
     plan = interleaved(sizes.a_executions, sizes.a_steps, sizes.a_empty_executions)
-    with rig(ctx.store, ctx.workdir / "A", {}, sizes.pg_workers) as current:
+    with rig(ctx.store, ctx.workdir / "A", {}, sizes) as current:
         warm_up(current, ctx, sizes.a_steps)
         current.new_marks()
         reps, dispatches = [], []
@@ -96,7 +96,7 @@ def _span(run: Run) -> float:
 def throughput(ctx: Context) -> Outcome:
     """B: concurrent clients; D: peak memory and CPU per step of every process meanwhile."""
     sizes, outcome = ctx.sizes, Outcome()
-    with rig(ctx.store, ctx.workdir / "B", {}, sizes.pg_workers) as current:
+    with rig(ctx.store, ctx.workdir / "B", {}, sizes) as current:
         warm_up(current, ctx, sizes.b_steps, sizes.b_clients)
         with profiled(current, ctx, "B"):
             reps = [_throughput_rep(current, ctx) for _ in range(sizes.reps)]

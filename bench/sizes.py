@@ -18,7 +18,8 @@ class Sizes:
     1,000 in each repetition.
 
     `pg_workers` runs the PostgreSQL kernel as `rebuno server --workers N` (D then sums the
-    supervisor and its workers)."""
+    supervisor and its workers). `step_records=0` runs the kernel with
+    `REBUNO_STEP_RECORDS=false`, so every step is submitted before it runs."""
 
     reps: int = 3
     warmup: int = 10
@@ -36,6 +37,7 @@ class Sizes:
     lease_seconds: int = 2
     wait_timeout: float = 120.0
     pg_workers: int = 1
+    step_records: int = 1
 
     def as_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
