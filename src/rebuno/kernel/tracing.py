@@ -17,12 +17,12 @@ import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from rebuno.kernel.config import Settings
-from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.kernel.domain.dispatch import Deliverer, DeliveryOutcome
 from rebuno.kernel.domain.errors import ValidationFailed
 
 if TYPE_CHECKING:
@@ -78,19 +78,6 @@ def request_ids(path: str, headers: Mapping[str, str]) -> dict[str, str]:
 def _keep(ids: dict[str, str], name: str, value: str | None) -> None:
     if value and _ID.match(value):
         ids[name] = value
-
-
-class Deliverer(Protocol):
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-    ) -> DeliveryOutcome: ...
 
 
 class Tracing:

@@ -2,8 +2,7 @@
 
 A delivery names an execution and the lease it runs under. At most one run per execution is
 live: a repeat of an attempt already seen is ignored, a newer attempt or another dispatch
-supersedes the older run. Imports only the standard library, `rebuno.protocol` and the
-SDK's lease type.
+supersedes the older run. Imports only the standard library and the SDK's lease type.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from rebuno.protocol import extensions
 from rebuno.sdk._kernel import Lease
 
 _DEFAULT_LEASE_SECONDS = 120.0
@@ -29,11 +27,6 @@ class Delivery:
     lease: Lease
     extensions: frozenset[str] = frozenset()
     """Protocol extensions the kernel offered on this webhook (`Rebuno-Extensions`)."""
-
-
-def parse_extensions(header: str | None) -> frozenset[str]:
-    """The comma-separated names of a `Rebuno-Extensions` header."""
-    return extensions.parse(header)
 
 
 def parse_delivery(body: bytes) -> Delivery | None:

@@ -19,12 +19,12 @@ import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from rebuno.protocol import signing
+from rebuno.protocol import extensions, signing
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_COMPLETIONS, STEP_RECORDS
 from rebuno.sdk._context import ExecutionContext, jsonable
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._kernel import KernelClient
-from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery, parse_extensions
+from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
 from rebuno.sdk.errors import (
     Blocked,
     LeaseSuperseded,
@@ -163,7 +163,7 @@ class Agent:
             return
         delivery = parse_delivery(body)
         if delivery is not None:
-            offered = parse_extensions(_header(scope, EXTENSIONS_HEADER))
+            offered = extensions.parse(_header(scope, EXTENSIONS_HEADER))
             delivery = dataclasses.replace(delivery, extensions=offered)
         if delivery is None:
             await _respond(send, 400, {"error": "execution_id and dispatch_id are required"})

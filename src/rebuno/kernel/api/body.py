@@ -21,7 +21,7 @@ from rebuno.protocol.enums import Idempotency, StepKind
 
 JsonObject = dict[str, Any]
 E = TypeVar("E", bound=StrEnum)
-_NO_RESOURCES = "this kernel has no resource support"
+NO_RESOURCES = "this kernel has no resource support"
 # A step reported after it ran (`step-records`) never needed a decision: only these kinds and
 # only a step that may run again can be reported that way.
 _RECORDED_KINDS = frozenset({StepKind.TOOL_CALL, StepKind.LOCAL})
@@ -121,7 +121,7 @@ def step_request(body: JsonObject) -> StepRequest:
     idempotency = _member(
         Idempotency, text_field(body, "idempotency") or Idempotency.SAFE_TO_RETRY, "idempotency"
     )
-    reject_present(body, ("resources",), _NO_RESOURCES)
+    reject_present(body, ("resources",), NO_RESOURCES)
     args = raw_field(body, "args")
     args = None if args == "null" else args
     return StepRequest(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 import orjson
 
@@ -29,6 +30,22 @@ def effective_lease(agent: Agent, default: timedelta) -> float:
     if own is not None and own >= MIN_AGENT_LEASE_SECONDS:
         return own
     return default.total_seconds()
+
+
+class Deliverer(Protocol):
+    """POSTs one signed webhook; any 2xx is `ok`. Never raises for a delivery failure.
+    `extensions` names this kernel's own protocol extensions the delivery offers."""
+
+    async def deliver(
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
+    ) -> DeliveryOutcome: ...
 
 
 def webhook_body(dispatch: Dispatch, lease_seconds: float) -> bytes:

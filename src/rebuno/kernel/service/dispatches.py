@@ -12,10 +12,14 @@ import asyncio
 import contextlib
 from dataclasses import replace
 from datetime import datetime
-from typing import Protocol
 
 from rebuno.kernel import metrics
-from rebuno.kernel.domain.dispatch import DeliveryOutcome, backoff, effective_lease, webhook_body
+from rebuno.kernel.domain.dispatch import (
+    Deliverer,
+    backoff,
+    effective_lease,
+    webhook_body,
+)
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.records import Dispatch, Execution
 from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started
@@ -24,21 +28,6 @@ from rebuno.kernel.store.base import ClaimedDispatch, Transaction
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 from rebuno.protocol.events import EventType
 from rebuno.protocol.extensions import OFFERED, STEP_RECORDS
-
-
-class Deliverer(Protocol):
-    """POSTs one signed webhook; any 2xx is `ok`. Never raises for a delivery failure."""
-
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-    ) -> DeliveryOutcome: ...
 
 
 def offered(claimed: ClaimedDispatch, step_records: bool) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
+    NO_RESOURCES,
     parse_object,
     raw_field,
     reject_present,
@@ -32,7 +33,6 @@ from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
 RecordOutcome = Callable[[str, str, str, Lease, RawJson], Awaitable[StepDecision]]
 CAPTURE_FIELDS = ("captures", "capture_failures")
-_NO_RESOURCES = "this kernel has no resource support"
 TERMINAL = "terminal"
 STEP_STATUSES = frozenset(status.value for status in StepStatus)
 
@@ -98,7 +98,7 @@ class StepRoutes:
         target = execution_id(request)
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
-        reject_present(body, CAPTURE_FIELDS, _NO_RESOURCES)
+        reject_present(body, CAPTURE_FIELDS, NO_RESOURCES)
         outcome = raw_field(body, field) or "null"
         step_id = request.path_params["step_id"]
         decision = await record(target, caller.agent_id, step_id, lease, outcome)
