@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -43,6 +44,8 @@ log = logging.getLogger("rebuno.kernel")
 GRACEFUL_SHUTDOWN_SECONDS = 10
 CANCEL_ROUNDS = 5
 CANCEL_GRACE_SECONDS = 1.0
+GC_THRESHOLDS = (10_000, 20, 20)
+"""The collector's generation thresholds while serving (CPython's defaults: 700, 10, 10)."""
 _PR_SET_PDEATHSIG = 1
 """prctl(2): the signal a process gets when its parent dies (Linux)."""
 
@@ -128,11 +131,13 @@ async def serve(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
+    own_process: bool = False,
 ) -> None:
     """Runs one replica until SIGINT/SIGTERM, or until `stop` is set (the REPL's `quit`, from
     another thread through `loop.call_soon_threadsafe(stop.set)`). Serves with HTTP metrics,
     log lines carrying the ids of their request or delivery, and tracing when
-    `otel_endpoint` is set. `sock`: a listening socket bound already (a worker's)."""
+    `otel_endpoint` is set. `sock`: a listening socket bound already (a worker's).
+    `own_process`: the process serves nothing else, so the collector is tuned for serving."""
     tracing = Tracing.from_settings(settings)
     install_log_correlation()
     sock = sock or bind(settings.listen_addr)
@@ -152,6 +157,8 @@ async def serve(
         if stop is not None:
             jobs.append(("stop-watch", _exit_when(stop, server)))
         (on_ready or _announce)(public_url(sock))
+        if own_process:
+            _settle_heap()
         await _run_until_stopped(server, sock, jobs)
     finally:
         sock.close()
@@ -160,6 +167,15 @@ async def serve(
         await deliverer.close()
         await store.close()
         await asyncio.to_thread(tracing.shutdown)
+
+
+def _settle_heap() -> None:
+    """Moves what start-up allocated (modules, the app, the pool) out of the collector's
+    view, and lets the young generation grow before it is collected: a request allocates
+    many short-lived objects, and a full collection would otherwise walk the whole heap."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def _exit_when(stop: asyncio.Event, server: uvicorn.Server) -> None:
@@ -243,7 +259,7 @@ def run(
     if settings.workers > 1:
         _run_workers(settings)
         return
-    _run_loop(serve(settings, stop=stop, on_ready=on_ready))
+    _run_loop(serve(settings, stop=stop, on_ready=on_ready, own_process=True))
 
 
 def _run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -284,7 +300,7 @@ def _worker(settings: Settings, sock: socket.socket, index: int) -> None:
         _stop_with_supervisor(os.getppid())
         own = dataclasses.replace(settings, workers=1, replica_id=default_replica_id())
         announce = _announce if index == 0 else _silent
-        _run_loop(serve(own, on_ready=announce, sock=sock))
+        _run_loop(serve(own, on_ready=announce, sock=sock, own_process=True))
     except KernelError as exc:
         print(f"error: worker {index}: {exc.message}", file=sys.stderr, flush=True)
         status = 1
