@@ -56,8 +56,12 @@ async def test_cancel_during_a_step_cancels_the_step(run: Run) -> None:
 
 
 async def test_create_for_unknown_agent_is_not_found(kernel: Kernel) -> None:
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match="agent nobody not found"):
         await kernel.create_execution("nobody", "null", None)
+    assert (await kernel.list_executions(ExecutionFilter(agent_id="nobody"))).items == []
+    # The refusal left the store usable: the next creation commits.
+    created = await kernel.create_execution(AGENT, "null", None)
+    assert (await kernel.get_execution(created.id)).status is ExecutionStatus.PENDING
 
 
 async def test_deadline_cancels_overdue_executions(

@@ -18,9 +18,15 @@ from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
-from rebuno.kernel.service.base import ServiceBase, flush, mark_started, new_id, superseded
-from rebuno.kernel.service.steps import apply_outcomes
-from rebuno.kernel.store.base import ExecutionFilter, Page, Transaction
+from rebuno.kernel.service.base import (
+    ServiceBase,
+    flush,
+    mark_started,
+    new_id,
+    superseded,
+)
+from rebuno.kernel.service.steps import apply_outcomes, wanted_by
+from rebuno.kernel.store.base import ExecutionFilter, Outcomes, Page, Transaction
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
 from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
@@ -37,7 +43,6 @@ class ExecutionUseCases(ServiceBase):
         self, agent_id: str, input: RawJson, agent_version: str | None
     ) -> Execution:
         async with self.transaction() as tx:
-            await tx.get_agent(agent_id)
             now = self.clock()
             deadline = self.settings.deadline_timeout
             execution = Execution(
@@ -145,16 +150,20 @@ class ExecutionUseCases(ServiceBase):
         """Renews the lease and records what the heartbeat carries. With `policy`, also
         answers whether the agent is still without a policy (`step-records`)."""
         async with self.transaction(execution_id) as tx:
-            execution = await tx.get_execution(execution_id)
-            check_owner(execution, agent_id)
             now = self.clock()
-            if not await tx.renew_lease(execution_id, lease, now):
+            locked = await tx.lock_execution(execution_id, lease, now, wanted_by(outcomes))
+            execution = locked.execution
+            check_owner(execution, agent_id)
+            if not locked.lease_live:
                 raise superseded(execution_id, lease)
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
-            await apply_outcomes(tx, execution_id, lease.dispatch_id, outcomes, batch)
+            recorded = locked.outcomes
+            await apply_outcomes(
+                tx, execution_id, lease.dispatch_id, outcomes, batch, recorded=recorded
+            )
             await flush(tx, execution, batch)
-            return policy and not (await tx.get_agent(execution.agent_id)).policy_bundle
+            return policy and not locked.policy_bundle
 
     async def complete_execution(
         self,
@@ -190,17 +199,27 @@ class ExecutionUseCases(ServiceBase):
         reason: str,
         outcomes: Sequence[Carried],
     ) -> None:
-        """Terminal is checked before the lease (§5.2), then the strong lease check."""
+        """Terminal is checked before the lease (§5.2), then the strong lease check. A
+        refusal rolls the transaction back, the lease's renewal with it."""
         async with self.transaction(execution_id) as tx:
-            execution = await tx.get_execution(execution_id)
+            now = self.clock()
+            locked = await tx.lock_execution(execution_id, lease, now, wanted_by(outcomes))
+            execution = locked.execution
             check_owner(execution, agent_id)
             if execution.status.is_terminal:
                 raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
-            now = self.clock()
-            if not await tx.renew_lease(execution_id, lease, now):
+            if not locked.lease_live:
                 raise superseded(execution_id, lease)
             await finish_execution(
-                tx, execution, status, output, reason, now, outcomes, lease.dispatch_id
+                tx,
+                execution,
+                status,
+                output,
+                reason,
+                now,
+                outcomes,
+                lease.dispatch_id,
+                locked.outcomes,
             )
         self.ended(execution_id)
 
@@ -214,12 +233,14 @@ async def finish_execution(
     now: datetime,
     outcomes: Sequence[Carried] = (),
     dispatch_id: str = "",
-) -> None:
+    recorded: Outcomes | None = None,
+) -> Execution:
     """Completes or fails an execution the caller has locked and checked the lease of;
-    `outcomes` were carried by the lease of `dispatch_id`."""
+    `outcomes` were carried by the lease of `dispatch_id` (`recorded`: what they need read,
+    when the caller read it). Returns the record as written."""
     batch = EventBatch(execution, now)
     execution = mark_started(execution, batch)
-    await apply_outcomes(tx, execution.id, dispatch_id, outcomes, batch)
+    await apply_outcomes(tx, execution.id, dispatch_id, outcomes, batch, recorded=recorded)
     if status is ExecutionStatus.COMPLETED:
         done = transition(execution, status, now, output=output or "null")
         batch.execution(EventType.EXECUTION_COMPLETED, done, output=Raw(done.output or "null"))
@@ -228,6 +249,7 @@ async def finish_execution(
         batch.execution(EventType.EXECUTION_FAILED, done, reason=reason)
     await tx.retire_dispatches(execution.id, now)
     await flush(tx, done, batch)
+    return replace(done, last_event_seq=batch.last_seq)
 
 
 async def _expire_pending_approvals(tx: Transaction, execution_id: str, batch: EventBatch) -> None:

@@ -8,6 +8,7 @@ Must not import a concrete store backend, the API, or httpx.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache, partial
@@ -31,7 +32,15 @@ from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
 from rebuno.kernel.service.approvals import create_approval
 from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started, superseded
-from rebuno.kernel.store.base import StepIdFn, StepKey, Submission, Transaction
+from rebuno.kernel.store.base import (
+    NOTHING_WANTED,
+    Outcomes,
+    StepIdFn,
+    StepKey,
+    Submission,
+    Transaction,
+    Wanted,
+)
 from rebuno.kernel.stream.bus import Delta
 from rebuno.protocol.enums import (
     Decision,
@@ -413,6 +422,7 @@ async def apply_outcomes(
     outcomes: Sequence[Carried],
     batch: EventBatch,
     loaded: Sequence[Step] | None = None,
+    recorded: Outcomes | None = None,
 ) -> dict[StepKey, int]:
     """Records what an agent's request carries before its own business, in order: completions
     (`step-completions`) and steps that ran before they were submitted (`step-records`).
@@ -422,15 +432,14 @@ async def apply_outcomes(
     takes the next occurrence of its key in this attempt and gets the events a submission and
     a completion would have written; one already recorded under that id is kept as it is.
     Returns the occurrence each reported key reached, which a submission in the same request
-    continues from."""
+    continues from. `loaded`: the carried completions' steps, read already; `recorded`: what
+    `wanted_by(outcomes)` loaded, read already."""
     if not outcomes:
         return {}
-    reported = _reported(execution_id, outcomes, await _consumed(tx, dispatch_id, outcomes))
-    wanted = [o.step_id for o in outcomes if isinstance(o, StepOutcome)] if loaded is None else []
-    wanted.extend(step_id for step_id, _, _ in reported.values())
-    found = {
-        step.step_id: step for step in (*(loaded or ()), *await tx.get_steps(execution_id, wanted))
-    }
+    if recorded is None:
+        recorded = await tx.load_outcomes(execution_id, dispatch_id, wanted_by(outcomes, loaded))
+    reported = _reported(execution_id, outcomes, recorded.consumed)
+    found = {step.step_id: step for step in (*(loaded or ()), *recorded.steps)}
     consumed: dict[StepKey, int] = {}
     for index, outcome in enumerate(outcomes):
         if isinstance(outcome, StepRecord):
@@ -462,11 +471,15 @@ async def apply_outcomes(
     return consumed
 
 
-async def _consumed(
-    tx: Transaction, dispatch_id: str, outcomes: Sequence[Carried]
-) -> dict[StepKey, int]:
-    keys = {_key(o.request) for o in outcomes if isinstance(o, StepRecord)}
-    return await tx.counters(dispatch_id, list(keys)) if keys else {}
+def wanted_by(outcomes: Sequence[Carried], loaded: Sequence[Step] | None = None) -> Wanted:
+    """What recording `outcomes` reads: the counters and steps of the reported keys, and the
+    steps of the carried completions unless they are `loaded` already."""
+    if not outcomes:
+        return NOTHING_WANTED
+    reports = Counter(_key(o.request) for o in outcomes if isinstance(o, StepRecord))
+    completing = () if loaded is not None else outcomes
+    step_ids = [o.step_id for o in completing if isinstance(o, StepOutcome)]
+    return Wanted(reports=reports, step_ids=step_ids)
 
 
 def _reported(

@@ -12,7 +12,7 @@ Must import only `rebuno.kernel.domain` and `rebuno.protocol`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -75,6 +75,47 @@ class Submission:
 
 
 @dataclass(frozen=True, slots=True)
+class Wanted:
+    """What `load_outcomes` looks up for the outcomes a request carries."""
+
+    reports: Mapping[StepKey, int]
+    """How many reported steps (`step-records`) the request carries under each key."""
+    step_ids: Sequence[str]
+    """The steps whose completions (`step-completions`) it carries."""
+
+    def __bool__(self) -> bool:
+        return bool(self.reports or self.step_ids)
+
+
+NOTHING_WANTED = Wanted(reports={}, step_ids=())
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """What `load_outcomes` reads for the outcomes a request carries."""
+
+    consumed: dict[StepKey, int]
+    """The occurrences the dispatch has consumed for each reported key it has used."""
+    steps: list[Step]
+    """The steps of this execution named by id, and those recorded under a reported key at
+    the occurrences the reports are about to take."""
+
+
+@dataclass(frozen=True, slots=True)
+class Locked:
+    """What `lock_execution` reads under the execution lock, in one round trip."""
+
+    execution: Execution
+    lease_live: bool
+    """The lease owns the live dispatch (strong check); when true it was also renewed. False
+    when no lease was given."""
+    policy_bundle: str | None
+    """The execution's agent's policy bundle."""
+    outcomes: Outcomes | None = None
+    """What `load_outcomes` reads for the outcomes wanted, when some were."""
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """Everything completing or failing a step reads, fetched together under the lock."""
 
@@ -111,6 +152,18 @@ class Transaction(Protocol):
         """Raises `NotFound`."""
         ...
 
+    async def lock_execution(
+        self,
+        execution_id: str,
+        lease: Lease | None = None,
+        now: datetime | None = None,
+        wanted: Wanted = NOTHING_WANTED,
+    ) -> Locked:
+        """Reads the execution and its agent's bundle; with a lease, also checks and renews it
+        (`locked_at = now`) and, when outcomes are `wanted`, loads them as `load_outcomes`
+        does for the lease's dispatch. Raises `NotFound`."""
+        ...
+
     async def load_submission(
         self,
         execution_id: str,
@@ -134,13 +187,11 @@ class Transaction(Protocol):
 
     async def get_step(self, step_id: str) -> Step | None: ...
 
-    async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
-        """The steps of this execution among `step_ids`, in no particular order."""
-        ...
-
-    async def counters(self, dispatch_id: str, keys: Sequence[StepKey]) -> dict[StepKey, int]:
-        """The occurrences the lease's dispatch has consumed for each of `keys` it has used
-        (§7.3); a key it has not used is absent."""
+    async def load_outcomes(self, execution_id: str, dispatch_id: str, wanted: Wanted) -> Outcomes:
+        """For the outcomes a request carries: the occurrences the dispatch has consumed for
+        each reported key (§7.3; a key it has not used is absent), and the steps of this
+        execution among `wanted.step_ids` or recorded under a reported key at one of its next
+        `wanted.reports[key]` occurrences."""
         ...
 
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None: ...
@@ -180,7 +231,10 @@ class Transaction(Protocol):
         ...
 
     # -- writes --------------------------------------------------------------------------
-    async def insert_execution(self, execution: Execution) -> None: ...
+    async def insert_execution(self, execution: Execution) -> None:
+        """Raises `NotFound` when the execution's agent is not registered, from this call or
+        from the commit."""
+        ...
 
     async def update_execution(self, execution: Execution) -> None:
         """Writes status, output, failure_reason, updated_at and last_event_seq."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from rebuno.kernel.domain.errors import Conflict, NotFound
 from rebuno.kernel.domain.records import Agent
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Executor
 
 COLUMNS = "a.id, a.webhook_url, a.secret, a.policy_bundle, a.lease_timeout_seconds, a.registered_at"
 
@@ -55,7 +55,7 @@ def from_row(row: Sequence[Any]) -> Agent:
     )
 
 
-async def get(conn: Connection, agent_id: str) -> Agent:
+async def get(conn: Executor, agent_id: str) -> Agent:
     cur = await conn.execute(_GET, (agent_id,))
     row = await cur.fetchone()
     if row is None:
@@ -63,12 +63,12 @@ async def get(conn: Connection, agent_id: str) -> Agent:
     return from_row(row)
 
 
-async def list_all(conn: Connection) -> list[Agent]:
+async def list_all(conn: Executor) -> list[Agent]:
     cur = await conn.execute(_LIST)
     return [from_row(row) for row in await cur.fetchall()]
 
 
-async def upsert(conn: Connection, agent: Agent, keep_bundle: bool) -> Agent:
+async def upsert(conn: Executor, agent: Agent, keep_bundle: bool) -> Agent:
     cur = await conn.execute(
         _UPSERT,
         {
@@ -86,7 +86,7 @@ async def upsert(conn: Connection, agent: Agent, keep_bundle: bool) -> Agent:
     return from_row(row)
 
 
-async def delete(conn: Connection, agent_id: str) -> None:
+async def delete(conn: Executor, agent_id: str) -> None:
     cur = await conn.execute(_DELETE, {"id": agent_id})
     row = await cur.fetchone()
     referenced, deleted = (row[0], row[1]) if row else (False, False)
@@ -96,7 +96,7 @@ async def delete(conn: Connection, agent_id: str) -> None:
         raise NotFound(f"agent {agent_id} not found")
 
 
-async def set_policy_bundle(conn: Connection, agent_id: str, bundle: str | None) -> None:
+async def set_policy_bundle(conn: Executor, agent_id: str, bundle: str | None) -> None:
     cur = await conn.execute(_SET_BUNDLE, (bundle, agent_id))
     if await cur.fetchone() is None:
         raise NotFound(f"agent {agent_id} not found")

@@ -12,7 +12,7 @@ from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Approval
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import ApprovalStatus
 
 COLUMNS = (
@@ -60,7 +60,7 @@ def from_row(row: Sequence[Any]) -> Approval:
     )
 
 
-async def get(conn: Connection, approval_id: str) -> Approval:
+async def get(conn: Executor, approval_id: str) -> Approval:
     cur = await conn.execute(_GET, (approval_id,))
     row = await cur.fetchone()
     if row is None:
@@ -68,7 +68,7 @@ async def get(conn: Connection, approval_id: str) -> Approval:
     return from_row(row)
 
 
-async def insert(conn: Connection, a: Approval) -> None:
+async def insert(conn: Executor, a: Approval) -> None:
     await conn.execute(
         _INSERT,
         (
@@ -87,23 +87,23 @@ async def insert(conn: Connection, a: Approval) -> None:
     )
 
 
-async def update(conn: Connection, a: Approval) -> None:
+async def update(conn: Executor, a: Approval) -> None:
     await conn.execute(_UPDATE, (a.status.value, a.decided_by, a.decided_at, a.rationale, a.id))
 
 
-async def pending_for_step(conn: Connection, step_id: str) -> Approval | None:
+async def pending_for_step(conn: Executor, step_id: str) -> Approval | None:
     cur = await conn.execute(_PENDING_FOR_STEP, (step_id,))
     row = await cur.fetchone()
     return None if row is None else from_row(row)
 
 
-async def pending_for_execution(conn: Connection, execution_id: str) -> list[Approval]:
+async def pending_for_execution(conn: Executor, execution_id: str) -> list[Approval]:
     cur = await conn.execute(_PENDING_FOR_EXECUTION, (execution_id,))
     return [from_row(row) for row in await cur.fetchall()]
 
 
 async def list_where(
-    conn: Connection, status: ApprovalStatus | None, execution_id: str | None
+    conn: Executor, status: ApprovalStatus | None, execution_id: str | None
 ) -> list[Approval]:
     conditions: list[str] = []
     params: list[Any] = []
@@ -120,6 +120,6 @@ async def list_where(
     return [from_row(row) for row in await cur.fetchall()]
 
 
-async def list_expired(conn: Connection, now: datetime, limit: int) -> list[Approval]:
+async def list_expired(conn: Executor, now: datetime, limit: int) -> list[Approval]:
     cur = await conn.execute(_EXPIRED, (now, limit))
     return [from_row(row) for row in await cur.fetchall()]

@@ -1,4 +1,4 @@
-"""The connection type, the advisory-lock key hash and the driver-error edge.
+"""The connection types, the advisory-lock key hash and the driver-error edge.
 
 Everything here is shared by the store, its transactions and the dispatch listener: the
 `Server` a URL names (`rebuno.kernel.pgserver`), and how a psycopg exception that means
@@ -9,21 +9,43 @@ Must import only psycopg, the domain, `rebuno.kernel.pgserver` and the standard 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import TupleRow
 
-from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, KernelError
+from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, KernelError, NotFound
 from rebuno.kernel.pgserver import Server, first_line
 
 Connection: TypeAlias = psycopg.AsyncConnection[TupleRow]
+Params: TypeAlias = Sequence[Any] | Mapping[str, Any]
+
+
+class Executor(Protocol):
+    """What the query functions run their statements on: a pooled connection in autocommit
+    (one committed statement each) or a transaction's session (see `transaction.py`)."""
+
+    async def execute(
+        self, query: str, params: Params | None = None
+    ) -> psycopg.AsyncCursor[TupleRow]: ...
+
+
+class Batch(Executor, Protocol):
+    """A transaction's session, which can also send several statements in one round trip."""
+
+    async def execute_many(
+        self, statements: Sequence[tuple[str, Params | None]]
+    ) -> list[psycopg.AsyncCursor[TupleRow]]:
+        """Sends the statements together; one cursor each, whose results arrive together."""
+        ...
+
 
 _TERMINAL_EXECUTION = "RB001"
 _TERMINAL_STEP = "RB002"
+_UNKNOWN_AGENT = "RB003"
 
 
 def lock_key(name: str) -> int:
@@ -51,6 +73,8 @@ def domain_error(exc: psycopg.Error, server: Server) -> Exception:
         return ExecutionTerminal(message)
     if exc.sqlstate == _TERMINAL_STEP:
         return Conflict(message)
+    if exc.sqlstate == _UNKNOWN_AGENT:
+        return NotFound(message)
     if isinstance(exc, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
         # The detail names the key and its values, e.g. `Key (id)=(...) already exists.`
         return Conflict(f"{message}: {detail}" if detail else message)

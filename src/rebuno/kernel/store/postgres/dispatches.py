@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rebuno.kernel.domain.records import Dispatch, Lease
-from rebuno.kernel.store.base import ClaimedDispatch, StepKey
+from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.kernel.store.postgres import agents
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 
 CHANNEL = "rebuno_dispatch"
@@ -34,11 +34,6 @@ _RENEW = """
     WHERE id = %(dispatch_id)s AND execution_id = %(execution_id)s AND attempt = %(attempt)s
         AND status = 'in_flight'
     RETURNING 1
-"""
-_COUNTERS = """
-    SELECT kind, target, args_hash, consumed FROM dispatch_step_counters
-    WHERE dispatch_id = %s AND (kind, target, args_hash) IN (
-        SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))
 """
 _CLAIM = f"""
     WITH due AS (
@@ -104,19 +99,19 @@ def lease_params(execution_id: str, lease: Lease, now: datetime) -> dict[str, An
     }
 
 
-async def get(conn: Connection, dispatch_id: str) -> Dispatch | None:
+async def get(conn: Executor, dispatch_id: str) -> Dispatch | None:
     cur = await conn.execute(_GET, (dispatch_id,))
     row = await cur.fetchone()
     return None if row is None else from_row(row)
 
 
-async def renew_lease(conn: Connection, execution_id: str, lease: Lease, now: datetime) -> bool:
+async def renew_lease(conn: Executor, execution_id: str, lease: Lease, now: datetime) -> bool:
     cur = await conn.execute(_RENEW, lease_params(execution_id, lease, now))
     return await cur.fetchone() is not None
 
 
 async def claim(
-    conn: Connection, replica_id: str, limit: int, now: datetime
+    conn: Executor, replica_id: str, limit: int, now: datetime
 ) -> list[ClaimedDispatch]:
     """Claims in one autocommit statement: the select, the counter reset and the update
     commit together."""
@@ -133,26 +128,13 @@ async def claim(
     ]
 
 
-async def queue(conn: Connection, now: datetime) -> tuple[int, datetime | None]:
+async def queue(conn: Executor, now: datetime) -> tuple[int, datetime | None]:
     cur = await conn.execute(_QUEUE, (now,))
     row = await cur.fetchone()
     return (0, None) if row is None else (int(row[0]), row[1])
 
 
-async def reclaim_page(conn: Connection, now: datetime, default_lease: timedelta) -> int:
+async def reclaim_page(conn: Executor, now: datetime, default_lease: timedelta) -> int:
     """Returns up to one page of expired leases to the queue; how many it returned."""
     cur = await conn.execute(_RECLAIM, {"now": now, "default_lease": default_lease.total_seconds()})
     return cur.rowcount
-
-
-async def counters(
-    conn: Connection, dispatch_id: str, keys: Sequence[StepKey]
-) -> dict[StepKey, int]:
-    """The occurrences this dispatch's attempt has consumed for each of `keys` it used."""
-    wanted = {(key.kind.value, key.target, key.args_hash): key for key in keys}
-    kinds, targets, hashes = (list(column) for column in zip(*wanted, strict=True))
-    cur = await conn.execute(_COUNTERS, (dispatch_id, kinds, targets, hashes))
-    return {
-        wanted[(kind, target, hashed)]: int(used)
-        for kind, target, hashed, used in await cur.fetchall()
-    }

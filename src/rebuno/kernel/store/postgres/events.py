@@ -6,7 +6,7 @@ Must import only psycopg, the domain and this package.
 from __future__ import annotations
 
 from rebuno.kernel.domain.records import Event
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Executor
 
 _LIST = """
     SELECT execution_id, event_seq, type, payload, occurred_at FROM events
@@ -15,9 +15,7 @@ _LIST = """
 _HAS_TYPE = "SELECT EXISTS (SELECT 1 FROM events WHERE execution_id = %s AND type = %s)"
 
 
-async def list_after(
-    conn: Connection, execution_id: str, after_seq: int, limit: int
-) -> list[Event]:
+async def list_after(conn: Executor, execution_id: str, after_seq: int, limit: int) -> list[Event]:
     cur = await conn.execute(_LIST, (execution_id, after_seq, limit))
     return [
         Event(execution_id=r[0], event_seq=r[1], type=r[2], payload=r[3], occurred_at=r[4])
@@ -25,7 +23,7 @@ async def list_after(
     ]
 
 
-async def has_type(conn: Connection, execution_id: str, event_type: str) -> bool:
+async def has_type(conn: Executor, execution_id: str, event_type: str) -> bool:
     cur = await conn.execute(_HAS_TYPE, (execution_id, str(event_type)))
     row = await cur.fetchone()
     return bool(row and row[0])

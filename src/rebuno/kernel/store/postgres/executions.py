@@ -1,6 +1,6 @@
 """SQL for the `executions` table: the execution record, its listing and its sweeps.
 
-Functions take a connection that is either in a transaction (pipeline mode) or in autocommit
+Functions take an `Executor`: a transaction's session or a pooled connection in autocommit
 (one committed statement). A transaction's row writes are operations of `rebuno_apply`
 (`writes.py`).
 Must import only psycopg, the domain, `store.base` and this package.
@@ -15,7 +15,7 @@ from typing import Any
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.store.base import ExecutionFilter, Page
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import ExecutionStatus
 
 COLUMNS = (
@@ -58,7 +58,7 @@ def from_row(row: Sequence[Any]) -> Execution:
     )
 
 
-async def get(conn: Connection, execution_id: str) -> Execution:
+async def get(conn: Executor, execution_id: str) -> Execution:
     cur = await conn.execute(_GET, (execution_id,))
     row = await cur.fetchone()
     if row is None:
@@ -66,7 +66,7 @@ async def get(conn: Connection, execution_id: str) -> Execution:
     return from_row(row)
 
 
-async def list_page(conn: Connection, flt: ExecutionFilter) -> Page[Execution]:
+async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
     # Only the conditions in use are written out, so each combination gets a plan that uses
     # its index (a prepared `(%s IS NULL OR ...)` would not).
     conditions: list[str] = []
@@ -90,12 +90,12 @@ async def list_page(conn: Connection, flt: ExecutionFilter) -> Page[Execution]:
     return Page(items=items, next_cursor=next_cursor)
 
 
-async def list_overdue(conn: Connection, now: datetime, limit: int) -> list[str]:
+async def list_overdue(conn: Executor, now: datetime, limit: int) -> list[str]:
     cur = await conn.execute(_OVERDUE, (now, limit))
     return [row[0] for row in await cur.fetchall()]
 
 
-async def delete_terminal_before(conn: Connection, cutoff: datetime, limit: int) -> int:
+async def delete_terminal_before(conn: Executor, cutoff: datetime, limit: int) -> int:
     """Deletes up to `limit` terminal executions (their children cascade); how many."""
     cur = await conn.execute(_DELETE_TERMINAL, (cutoff, limit))
     return cur.rowcount

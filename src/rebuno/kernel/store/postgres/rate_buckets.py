@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from rebuno.kernel.domain import ratelimit
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Executor
 
 # A new bucket starts full. Inserting it before the locking read (and doing nothing when it
 # exists) means two first takes on one key still serialise on one row instead of colliding on
@@ -31,7 +31,7 @@ _DELETE_BEFORE = "DELETE FROM rate_buckets WHERE updated_at < %s"
 
 
 async def take(
-    conn: Connection, key: str, max_calls: int, window_seconds: float, now: datetime
+    conn: Executor, key: str, max_calls: int, window_seconds: float, now: datetime
 ) -> float | None:
     """Consumes a token and returns None, or returns the estimated wait in seconds."""
     capacity = float(max_calls)
@@ -44,6 +44,6 @@ async def take(
     return wait
 
 
-async def delete_before(conn: Connection, cutoff: datetime) -> int:
+async def delete_before(conn: Executor, cutoff: datetime) -> int:
     cur = await conn.execute(_DELETE_BEFORE, (cutoff,))
     return cur.rowcount

@@ -11,7 +11,7 @@ from typing import Any
 
 from rebuno.kernel.domain.records import Step
 from rebuno.kernel.store.base import StepKey
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import Idempotency, StepKind, StepStatus
 
 COLUMNS = (
@@ -71,22 +71,13 @@ def from_row(row: Sequence[Any]) -> Step:
 # By primary key only, the execution checked on the rows: with `execution_id = $1` in the
 # statement, a plan cached while the table was small can pick the execution's index and then
 # scan every step of the execution on each call.
-_GET_MANY = f"SELECT {COLUMNS} FROM steps s WHERE s.step_id = ANY(%s)"
-
-
-async def get_many(conn: Connection, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
-    cur = await conn.execute(_GET_MANY, (list(step_ids),))
-    found = [from_row(row) for row in await cur.fetchall()]
-    return [step for step in found if step.execution_id == execution_id]
-
-
-async def get(conn: Connection, step_id: str) -> Step | None:
+async def get(conn: Executor, step_id: str) -> Step | None:
     cur = await conn.execute(_GET, (step_id,))
     row = await cur.fetchone()
     return None if row is None else from_row(row)
 
 
-async def list_for(conn: Connection, execution_id: str, status: str | None) -> list[Step]:
+async def list_for(conn: Executor, execution_id: str, status: str | None) -> list[Step]:
     """`status`: `terminal`, a step status name, or None for all; in proposal order."""
     if status is None:
         cur = await conn.execute(_LIST, (execution_id,))
@@ -97,7 +88,7 @@ async def list_for(conn: Connection, execution_id: str, status: str | None) -> l
     return [from_row(row) for row in await cur.fetchall()]
 
 
-async def has_indeterminate(conn: Connection, execution_id: str, key: StepKey) -> bool:
+async def has_indeterminate(conn: Executor, execution_id: str, key: StepKey) -> bool:
     cur = await conn.execute(
         _FAILED_ERRORS, (execution_id, key.kind.value, key.target, key.args_hash)
     )
@@ -112,7 +103,7 @@ def _reason(error: str) -> object:
     return parsed.get("reason") if isinstance(parsed, dict) else None
 
 
-async def spent_tokens(conn: Connection, execution_id: str) -> int:
+async def spent_tokens(conn: Executor, execution_id: str) -> int:
     cur = await conn.execute(_SPENT_TOKENS, (execution_id,))
     row = await cur.fetchone()
     return int(row[0]) if row else 0

@@ -3,8 +3,8 @@
 Every replica of the kernel opens one against the same database. Mutations of one execution
 serialise on a transaction-scoped advisory lock; the dispatch queue uses `SKIP LOCKED`;
 singleton work uses a session-level try-lock. Pooled connections run in autocommit, so a
-committed read is one statement and one round trip; a transaction is begun and committed
-explicitly, in pipeline mode (see `transaction.py`).
+committed read is one statement and one round trip; a transaction sends its statements in
+as few messages as its reads allow (see `transaction.py`).
 Must import only psycopg and psycopg_pool, `rebuno.kernel.store.base`, the domain,
 `rebuno.kernel.pgserver` and this package.
 """
@@ -38,7 +38,7 @@ from rebuno.kernel.store.postgres import (
 )
 from rebuno.kernel.store.postgres.connection import Connection, lock_key, translated
 from rebuno.kernel.store.postgres.listener import DispatchListener
-from rebuno.kernel.store.postgres.transaction import PostgresTransaction, pipelined
+from rebuno.kernel.store.postgres.transaction import PostgresTransaction, batched
 from rebuno.protocol.enums import ApprovalStatus
 
 P = ParamSpec("P")
@@ -149,7 +149,7 @@ class PostgresStore:
     ) -> AsyncIterator[PostgresTransaction]:
         async with (
             self._connection() as conn,
-            pipelined(conn, self._server, execution_id, self._tag) as tx,
+            batched(conn, self._server, execution_id, self._tag) as tx,
         ):
             yield tx
 

@@ -1,10 +1,12 @@
-"""`load_submission` and `load_completion`: everything a step submission, or a step's
-completion, reads, each in one statement.
+"""`load_submission`, `load_completion`, `lock_execution` and `load_outcomes`: everything a
+step submission, a step's completion, an execution's completion (or heartbeat, or webhook
+acknowledgement) and the outcomes a request carries read, each in one statement.
 
 A submission is one call of `rebuno_load_submission` (migration 004): it takes the execution's
 lock (unless the transaction holds it already), renews the lease (strong check), reads the
 occurrence counter, the execution, its agent's bundle and the step recorded under that
-occurrence, and the steps whose completions the request carries.
+occurrence, and the steps whose completions the request carries. `lock_execution` is one
+call of `rebuno_lock_execution` (migration 006), its counterpart without a step.
 Must import only psycopg, the domain, `store.base` and this package.
 """
 
@@ -12,19 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.domain.records import Lease
-from rebuno.kernel.store.base import Completion, StepKey, Submission
+from rebuno.kernel.domain.records import Lease, Step
+from rebuno.kernel.store.base import Completion, Locked, Outcomes, StepKey, Submission, Wanted
 from rebuno.kernel.store.postgres import dispatches, executions, steps
-from rebuno.kernel.store.postgres.connection import Connection
+from rebuno.kernel.store.postgres.connection import Batch, Executor, Params
 
 _LOAD = "SELECT * FROM rebuno_load_submission(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _MAIN, _CARRIED = 0, 1
 
 
 async def load(
-    conn: Connection,
+    conn: Executor,
     lock: int | None,
     execution_id: str,
     lease: Lease,
@@ -73,7 +76,7 @@ _LOAD_COMPLETION = f"""
 
 
 async def load_completion(
-    conn: Connection, execution_id: str, step_id: str, dispatch_id: str
+    conn: Executor, execution_id: str, step_id: str, dispatch_id: str
 ) -> Completion:
     params = {"execution_id": execution_id, "step_id": step_id, "dispatch_id": dispatch_id}
     cur = await conn.execute(_LOAD_COMPLETION, params)
@@ -86,8 +89,100 @@ async def load_completion(
     step = None if step_row[0] is None else steps.from_row(step_row)
     return Completion(
         execution=executions.from_row(row[:width]),
-        # Joined by primary key alone (see steps._GET_MANY); a step of another execution is
-        # no step of this one.
+        # Joined by primary key alone; a step of another execution is no step of this one.
         step=step if step is not None and step.execution_id == execution_id else None,
         dispatch=None if dispatch_row[0] is None else dispatches.from_row(dispatch_row),
     )
+
+
+_LOCK_EXECUTION = "SELECT * FROM rebuno_lock_execution(%s, %s, %s, %s, %s)"
+
+
+async def lock_execution(
+    conn: Batch,
+    lock: int | None,
+    execution_id: str,
+    lease: Lease | None,
+    now: datetime | None,
+    wanted: Wanted,
+) -> Locked:
+    """`lock`: the execution's advisory-lock key, or None when the transaction holds it. When
+    outcomes are `wanted` (with a lease), their statement goes in the same round trip."""
+    dispatch_id, attempt = (None, None) if lease is None else (lease.dispatch_id, lease.attempt)
+    statements: list[tuple[str, Params]] = [
+        (_LOCK_EXECUTION, (lock, execution_id, dispatch_id, attempt, now))
+    ]
+    if wanted and lease is not None:
+        statements.append(_outcomes_statement(execution_id, lease.dispatch_id, wanted))
+    cursors = await conn.execute_many(statements)
+    row = await cursors[0].fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
+    width = executions.WIDTH
+    outcomes = None
+    if len(cursors) > 1:
+        outcomes = _outcomes(await cursors[1].fetchall(), wanted)
+    return Locked(
+        execution=executions.from_row(row[:width]),
+        lease_live=bool(row[width]),
+        policy_bundle=row[width + 1],
+        outcomes=outcomes,
+    )
+
+
+# Per reported key: the dispatch's counter (NULL when unused) and each step recorded at one
+# of the next `n` occurrences; then the steps named by id. A key with no step still gives
+# one row (the LEFT JOIN), so its counter is seen.
+_LOAD_OUTCOMES = f"""
+    WITH k AS (
+        SELECT * FROM unnest(%(kinds)s::text[], %(targets)s::text[], %(hashes)s::text[],
+            %(counts)s::integer[]) AS k(kind, target, args_hash, n)
+    ), c AS (
+        SELECT k.kind, k.target, k.args_hash, k.n, COALESCE(c.consumed, -1) AS consumed,
+            c.consumed IS NOT NULL AS used
+        FROM k LEFT JOIN dispatch_step_counters c ON c.dispatch_id = %(dispatch_id)s
+            AND c.kind = k.kind AND c.target = k.target AND c.args_hash = k.args_hash
+    )
+    SELECT c.kind, c.target, c.args_hash, CASE WHEN c.used THEN c.consumed END, {steps.COLUMNS}
+    FROM c LEFT JOIN steps s ON s.execution_id = %(execution_id)s AND s.kind = c.kind
+        AND s.target = c.target AND s.args_hash = c.args_hash
+        AND s.occurrence > c.consumed AND s.occurrence <= c.consumed + c.n
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, {steps.COLUMNS} FROM steps s
+    WHERE s.step_id = ANY(%(step_ids)s::text[]) AND s.execution_id = %(execution_id)s
+"""
+
+
+async def load_outcomes(
+    conn: Executor, execution_id: str, dispatch_id: str, wanted: Wanted
+) -> Outcomes:
+    cur = await conn.execute(*_outcomes_statement(execution_id, dispatch_id, wanted))
+    return _outcomes(await cur.fetchall(), wanted)
+
+
+def _outcomes_statement(
+    execution_id: str, dispatch_id: str, wanted: Wanted
+) -> tuple[str, dict[str, Any]]:
+    keys = list(wanted.reports)
+    return _LOAD_OUTCOMES, {
+        "execution_id": execution_id,
+        "dispatch_id": dispatch_id,
+        "kinds": [key.kind.value for key in keys],
+        "targets": [key.target for key in keys],
+        "hashes": [key.args_hash for key in keys],
+        "counts": [wanted.reports[key] for key in keys],
+        "step_ids": list(wanted.step_ids),
+    }
+
+
+def _outcomes(rows: Sequence[Sequence[Any]], wanted: Wanted) -> Outcomes:
+    keys = {(key.kind.value, key.target, key.args_hash): key for key in wanted.reports}
+    consumed: dict[StepKey, int] = {}
+    found: dict[str, Step] = {}
+    for row in rows:
+        if row[3] is not None:
+            consumed[keys[(row[0], row[1], row[2])]] = int(row[3])
+        if row[4] is not None:
+            step = steps.from_row(row[4:])
+            found[step.step_id] = step
+    return Outcomes(consumed=consumed, steps=list(found.values()))

@@ -1,10 +1,15 @@
-"""`PostgresTransaction` (the `Transaction` protocol over one pooled connection in pipeline
-mode) and `pipelined`, which begins, commits or rolls it back.
+"""`PostgresTransaction` (the `Transaction` protocol over one pooled connection) and
+`batched`, which begins, commits or rolls it back.
 
-Writes are queued, not awaited: they travel with the next read or with the COMMIT, so a use
-case costs one round trip per read it makes plus one for the commit. A trigger refusal or a
-unique violation in a queued write therefore surfaces at that next read or at the commit; both
-places translate it into the domain error it stands for.
+Statements of a transaction go out in pipeline mode: what a round trip needs (BEGIN, the
+execution's lock, the writes collected so far, then the read or reads) is sent together, and
+only then are the results awaited. So a use case costs one round trip per read it makes plus
+one for the commit; what costs is each round trip (a wake-up of the backend, a result to wait
+for), far more than the statements in it. Writes are collected as operations of
+`rebuno_apply` and sent as one statement: a trigger refusal or a unique violation in them
+therefore surfaces at the next read or at the commit; both places translate it into the
+domain error it stands for. A use case that reads nothing and takes no lock (creating an
+execution) is its writes' one statement, in autocommit, without a pipeline.
 Must import only psycopg, the domain, `store.base`, `rebuno.kernel.pgserver` and this package.
 """
 
@@ -17,10 +22,20 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
+from psycopg.rows import TupleRow
 
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
 from rebuno.kernel.pgserver import Server
-from rebuno.kernel.store.base import Completion, StepIdFn, StepKey, Submission
+from rebuno.kernel.store.base import (
+    NOTHING_WANTED,
+    Completion,
+    Locked,
+    Outcomes,
+    StepIdFn,
+    StepKey,
+    Submission,
+    Wanted,
+)
 from rebuno.kernel.store.postgres import (
     agents,
     approvals,
@@ -34,13 +49,14 @@ from rebuno.kernel.store.postgres import (
 )
 from rebuno.kernel.store.postgres.connection import (
     Connection,
-    domain_error,
+    Params,
     execution_lock_key,
     translated,
 )
 from rebuno.protocol.enums import StepStatus
 
 T = TypeVar("T")
+Cursor = psycopg.AsyncCursor[TupleRow]
 
 _BEGIN = b"BEGIN"
 _COMMIT = b"COMMIT"
@@ -50,9 +66,9 @@ _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 
 class PostgresTransaction:
-    """One unit of work; `PostgresStore.transaction` begins, commits or rolls it back."""
+    """One unit of work; `batched` commits or rolls it back."""
 
-    __slots__ = ("_conn", "_lock", "_server", "_tag", "_writes")
+    __slots__ = ("_agent", "_begun", "_conn", "_lock", "_pipeline", "_server", "_tag", "_writes")
 
     def __init__(self, conn: Connection, server: Server, lock: int | None, tag: str) -> None:
         self._conn = conn
@@ -62,35 +78,93 @@ class PostgresTransaction:
         """The execution's advisory-lock key until the lock is queued: the submission's read
         takes it itself, anything else queues it first."""
         self._writes = writes.Writes()
+        self._agent: str | None = None
+        """The agent a queued `insert_execution` requires, checked by the writes' statement."""
+        self._pipeline: contextlib.AsyncExitStack | None = None
+        """The pipeline, with BEGIN queued in it, from the first statement that needs it
+        until the commit or the rollback."""
+        self._begun = False
 
     async def _run(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Runs `call(conn, *args)` (a read, or a write `rebuno_apply` does not do) after the
-        lock and the collected writes: a read sees the transaction's own writes, and writes
-        keep their order."""
+        """Runs `call(session, *args)` (a read, or a write `rebuno_apply` does not do): its
+        statements go after BEGIN, the lock and the collected writes, so they see the
+        transaction's own writes, and writes keep their order."""
         with translated(self._server):
-            await self._send_queued()
-            return await call(self._conn, *args)
+            return await call(_Session(self), *args)
+
+    async def send(self, statements: Sequence[tuple[str, Params | None]]) -> list[Cursor]:
+        """Queues what the transaction has queued and `statements`; each cursor's results
+        are awaited when they are fetched, so one fetch waits for them all."""
+        await self._send_queued()
+        return [await self._conn.execute(query, params) for query, params in statements]
 
     async def _send_queued(self) -> None:
+        if self._pipeline is None:
+            stack = contextlib.AsyncExitStack()
+            await stack.enter_async_context(self._conn.pipeline())
+            self._pipeline = stack
+            self._begun = True
+            await self._conn.execute(_BEGIN, prepare=False)
         if self._lock is not None:
             await self._conn.execute(_LOCK, (self._lock,))
             self._lock = None
         if self._writes:
-            await self._conn.execute(writes.APPLY, (self._writes.take(),))
+            await self._conn.execute(*self._apply())
 
-    async def flush(self) -> None:
-        """Queues the lock, when no statement took it yet, and the collected writes, as one
-        statement."""
+    def _apply(self) -> tuple[str, Params]:
+        if self._agent is None:
+            return writes.APPLY, (self._writes.take(),)
+        agent, self._agent = self._agent, None
+        return writes.APPLY_FOR_AGENT, (agent, self._writes.take())
+
+    async def commit(self) -> None:
+        """Sends what is queued and the COMMIT, and waits for them."""
         with translated(self._server):
+            if self._pipeline is None:
+                # No read and no lock: the writes are one statement, which commits itself.
+                if self._writes:
+                    await self._conn.execute(*self._apply())
+                return
             await self._send_queued()
+            await self._conn.execute(_COMMIT, prepare=False)
+            pipeline, self._pipeline = self._pipeline, None
+            await pipeline.aclose()  # sends the sync and waits: the commit's round trip
 
-    def discard(self) -> None:
-        """Forgets the collected writes (the transaction is being rolled back)."""
+    async def roll_back(self) -> None:
+        """Forgets the collected writes and ends the transaction, if it began. Never raises:
+        the block's own exception is the one to report; a session that cannot roll back is
+        closed, and the pool replaces it."""
         self._writes.clear()
+        if not self._begun:
+            return
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            with contextlib.suppress(psycopg.Error):
+                if not self._conn.broken:
+                    await self._conn.execute(_ROLLBACK, prepare=False)
+                # A queued statement may have failed: then the server skipped everything up
+                # to the sync, this ROLLBACK included, and the transaction is still open.
+                await pipeline.aclose()
+        await _end(self._conn)
 
     # -- reads under the lock ------------------------------------------------------------
     async def get_execution(self, execution_id: str) -> Execution:
+        if self._lock is not None and not self._writes:  # the lock and the read in one call
+            return (await self.lock_execution(execution_id)).execution
         return await self._run(executions.get, execution_id)
+
+    async def lock_execution(
+        self,
+        execution_id: str,
+        lease: Lease | None = None,
+        now: datetime | None = None,
+        wanted: Wanted = NOTHING_WANTED,
+    ) -> Locked:
+        lock = None
+        if not self._writes:  # writes go after the lock: with some queued, it goes first
+            lock, self._lock = self._lock, None
+        load = submissions.lock_execution
+        return await self._run(load, lock, execution_id, lease, now, wanted)
 
     async def load_submission(
         self,
@@ -116,13 +190,10 @@ class PostgresTransaction:
     async def get_step(self, step_id: str) -> Step | None:
         return await self._run(steps.get, step_id)
 
-    async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
-        if not step_ids:
-            return []
-        return await self._run(steps.get_many, execution_id, step_ids)
-
-    async def counters(self, dispatch_id: str, keys: Sequence[StepKey]) -> dict[StepKey, int]:
-        return await self._run(dispatches.counters, dispatch_id, keys) if keys else {}
+    async def load_outcomes(self, execution_id: str, dispatch_id: str, wanted: Wanted) -> Outcomes:
+        if not wanted:
+            return Outcomes(consumed={}, steps=[])
+        return await self._run(submissions.load_outcomes, execution_id, dispatch_id, wanted)
 
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
         return await self._run(dispatches.get, dispatch_id)
@@ -162,6 +233,7 @@ class PostgresTransaction:
     # -- writes (collected, or queued in order) ------------------------------------------
     async def insert_execution(self, execution: Execution) -> None:
         self._writes.add(writes.insert_execution(execution))
+        self._agent = execution.agent_id
 
     async def update_execution(self, execution: Execution) -> None:
         self._writes.add(writes.update_execution(execution))
@@ -204,76 +276,49 @@ class PostgresTransaction:
         await self._run(agents.set_policy_bundle, agent_id, bundle)
 
 
+class _Session:
+    """What a query function runs on inside a transaction (`connection.Batch`)."""
+
+    __slots__ = ("_tx",)
+
+    def __init__(self, tx: PostgresTransaction) -> None:
+        self._tx = tx
+
+    async def execute(self, query: str, params: Params | None = None) -> Cursor:
+        return (await self._tx.send([(query, params)]))[0]
+
+    async def execute_many(self, statements: Sequence[tuple[str, Params | None]]) -> list[Cursor]:
+        return await self._tx.send(statements)
+
+
 @contextlib.asynccontextmanager
-async def pipelined(
+async def batched(
     conn: Connection, server: Server, execution_id: str | None, tag: str
 ) -> AsyncIterator[PostgresTransaction]:
-    """Begins a transaction on `conn` (taking the execution's lock when an id is given),
-    commits it when the block exits normally and rolls it back when it raises. `tag` names
-    the store in the notifications the transaction sends."""
-    rolled_back = False
+    """A transaction on `conn` (taking the execution's lock when an id is given), committed
+    when the block exits normally and rolled back when it raises. `tag` names the store in
+    the notifications the transaction sends. Nothing is sent until the block's first read:
+    the lock goes just before it, so it is granted before the read's snapshot is taken."""
+    lock = None if execution_id is None else execution_lock_key(execution_id)
+    tx = PostgresTransaction(conn, server, lock, tag)
     try:
-        try:
-            async with conn.pipeline() as pipeline:
-                # Queued, not awaited: it goes out with the block's first read (or with the
-                # COMMIT). The execution's lock is taken by that first read, or just before it,
-                # so it is granted before the read's snapshot is taken.
-                await conn.execute(_BEGIN, prepare=False)
-                lock = None if execution_id is None else execution_lock_key(execution_id)
-                tx = PostgresTransaction(conn, server, lock, tag)
-                try:
-                    yield tx
-                except BaseException:
-                    rolled_back = True
-                    tx.discard()
-                    await _abandon(conn, pipeline)
-                    raise
-                await tx.flush()
-                await conn.execute(_COMMIT, prepare=False)
-            # Leaving the pipeline sends what is queued and waits: the commit's round trip.
-        finally:
-            if rolled_back:
-                await _forget_prepared(conn)
-    except psycopg.Error as exc:
-        await _end_failed(conn)
-        error = domain_error(exc, server)
-        if error is exc:
-            raise
-        raise error from exc
+        yield tx
+        await tx.commit()
+    except BaseException:
+        await tx.roll_back()
+        raise
 
 
-async def _forget_prepared(conn: Connection) -> None:
-    """A ROLLBACK makes psycopg drop its prepared statements and queue a `DEALLOCATE ALL`
-    for the next statement. Inside the next pipeline that would run after statements were
-    prepared again, and their next use would fail; so let it run now, outside any pipeline."""
+async def _end(conn: Connection) -> None:
+    """Leaves the session clean for the pool: an aborted or unfinished transaction rolled
+    back (a session that cannot is closed), and, after a ROLLBACK, the `DEALLOCATE ALL` that
+    psycopg queues then run now, outside any pipeline: inside the next one it would run after
+    statements were prepared again, and their next use would fail."""
     if conn.broken:
         return
-    with contextlib.suppress(psycopg.Error):
+    try:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            await conn.execute(_ROLLBACK, prepare=False)
         await conn.execute(_PING, prepare=False)
-
-
-async def _abandon(conn: Connection, pipeline: psycopg.AsyncPipeline) -> None:
-    """Rolls back a block that raised. Never raises: the block's own exception is the one to
-    report, and a broken session is discarded by the pool anyway."""
-    if conn.broken:
-        return
-    with contextlib.suppress(psycopg.Error):
-        try:
-            await conn.execute(_ROLLBACK, prepare=False)
-            await pipeline.sync()
-        except psycopg.Error:
-            # A queued statement had failed, and the server skipped everything after it up
-            # to the sync, this ROLLBACK included: the transaction is still open (aborted).
-            await conn.execute(_ROLLBACK, prepare=False)
-            await pipeline.sync()
-
-
-async def _end_failed(conn: Connection) -> None:
-    """After a failed commit the session is in an aborted transaction: end it, so the pool
-    gets the connection back clean (or, when that fails too, drops it)."""
-    if conn.broken or conn.info.transaction_status == pq.TransactionStatus.IDLE:
-        return
-    try:
-        await conn.execute(_ROLLBACK, prepare=False)
     except psycopg.Error:
         await conn.close()

@@ -1,5 +1,6 @@
-"""A transaction's writes, queued as operations of `rebuno_apply` (migrations 003, 005) and sent as
-one statement: the driver's cost is per statement, and a step writes five to seven rows.
+"""A transaction's writes, queued as operations of `rebuno_apply` (migrations 003, 005) and sent
+as one statement: the driver's cost is per statement, and a step writes five to seven rows.
+A transaction that inserts an execution sends them through `rebuno_apply_for_agent` (006).
 
 Each function here turns a record into the operation's JSON array, in the order of the values
 the SQL function reads. `Writes.take` hands over what is queued, encoded.
@@ -18,6 +19,8 @@ from rebuno.kernel.domain.records import Dispatch, Event, Execution, Step
 from rebuno.kernel.store.base import StepKey
 
 APPLY = "SELECT rebuno_apply(%s::jsonb)"
+APPLY_FOR_AGENT = "SELECT rebuno_apply_for_agent(%s, %s::jsonb)"
+"""The same, refusing when the agent of an execution being inserted is not registered."""
 
 Op = list[Any]
 

@@ -15,7 +15,16 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
-from rebuno.kernel.store.base import Completion, StepIdFn, StepKey, Submission
+from rebuno.kernel.store.base import (
+    NOTHING_WANTED,
+    Completion,
+    Locked,
+    Outcomes,
+    StepIdFn,
+    StepKey,
+    Submission,
+    Wanted,
+)
 from rebuno.kernel.store.sqlite import (
     agents,
     approvals,
@@ -54,6 +63,19 @@ class SqliteTransaction:
     async def get_execution(self, execution_id: str) -> Execution:
         return self._run(executions.get, execution_id)
 
+    async def lock_execution(
+        self,
+        execution_id: str,
+        lease: Lease | None = None,
+        now: datetime | None = None,
+        wanted: Wanted = NOTHING_WANTED,
+    ) -> Locked:
+        locked = self._run(_lock_execution, execution_id, lease, now)
+        if not wanted or lease is None:
+            return locked
+        outcomes = self._run(_load_outcomes, execution_id, lease.dispatch_id, wanted)
+        return replace(locked, outcomes=outcomes)
+
     async def load_submission(
         self,
         execution_id: str,
@@ -77,11 +99,8 @@ class SqliteTransaction:
     async def get_step(self, step_id: str) -> Step | None:
         return self._run(steps.find, step_id)
 
-    async def get_steps(self, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
-        return self._run(steps.find_many, execution_id, step_ids) if step_ids else []
-
-    async def counters(self, dispatch_id: str, keys: Sequence[StepKey]) -> dict[StepKey, int]:
-        return self._run(dispatches.counters, dispatch_id, keys) if keys else {}
+    async def load_outcomes(self, execution_id: str, dispatch_id: str, wanted: Wanted) -> Outcomes:
+        return self._run(_load_outcomes, execution_id, dispatch_id, wanted)
 
     async def get_dispatch(self, dispatch_id: str) -> Dispatch | None:
         return self._run(dispatches.find, dispatch_id)
@@ -161,6 +180,43 @@ class SqliteTransaction:
 
     async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
         self._run(agents.set_policy_bundle, agent_id, bundle)
+
+
+def _lock_execution(
+    conn: sqlite3.Connection, execution_id: str, lease: Lease | None, now: datetime | None
+) -> Locked:
+    row = conn.execute(_LOCKED, (execution_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
+    live = False
+    if lease is not None and now is not None:
+        live = dispatches.renew_lease(conn, execution_id, lease, now)
+    return Locked(
+        execution=executions.to_record(row[: executions.WIDTH]),
+        lease_live=live,
+        policy_bundle=row[executions.WIDTH],
+    )
+
+
+_LOCKED = f"""
+    SELECT {executions.prefixed("e")}, a.policy_bundle
+    FROM executions e LEFT JOIN agents a ON a.id = e.agent_id
+    WHERE e.id = ?
+"""
+
+
+def _load_outcomes(
+    conn: sqlite3.Connection, execution_id: str, dispatch_id: str, wanted: Wanted
+) -> Outcomes:
+    reports = wanted.reports
+    consumed = dispatches.counters(conn, dispatch_id, list(reports)) if reports else {}
+    named = steps.find_many(conn, execution_id, wanted.step_ids) if wanted.step_ids else []
+    found = {step.step_id: step for step in named}
+    for key, count in reports.items():
+        first = consumed.get(key, -1) + 1
+        for step in steps.find_occurrences(conn, execution_id, key, first, first + count - 1):
+            found[step.step_id] = step
+    return Outcomes(consumed=consumed, steps=list(found.values()))
 
 
 def _load_submission(
