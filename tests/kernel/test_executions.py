@@ -9,11 +9,13 @@ from datetime import timedelta
 import pytest
 
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded, NotFound
+from rebuno.kernel.service import executions as executions_service
 from rebuno.kernel.service import lifecycle
 from rebuno.kernel.service.kernel import Kernel
-from rebuno.kernel.store.base import ExecutionFilter
+from rebuno.kernel.store.base import ExecutionFilter, Store
+from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.enums import Decision, ExecutionStatus, StepStatus
-from tests.kernel.conftest import AGENT, Run
+from tests.kernel.conftest import AGENT, Run, claim, settings
 from tests.support import ManualClock
 
 
@@ -115,6 +117,50 @@ async def test_events_long_poll_answers_at_the_next_commit(kernel: Kernel, run: 
 
     events = await asyncio.wait_for(waiting, 5)
     assert [e.type for e in events] == ["execution.started"]
+
+
+async def test_execution_long_poll_answers_with_the_record_the_completion_wrote(
+    run: Run,
+) -> None:
+    waiting = asyncio.create_task(run.kernel.get_execution(run.execution_id, wait=10))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+
+    await run.kernel.complete_execution(run.execution_id, AGENT, run.lease, '{"answer":42}')
+
+    held = await asyncio.wait_for(waiting, 5)
+    assert held.status is ExecutionStatus.COMPLETED
+    assert held.output == '{"answer":42}'
+    assert held == await run.kernel.get_execution(run.execution_id)
+
+
+async def test_execution_long_poll_answers_at_once_for_one_that_ended_here(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Created here, so known live until it ends here; once it has, the poll reads at once
+    # instead of waiting (for up to an hour, with this look interval).
+    monkeypatch.setattr(executions_service, "REPLICA_POLL_SECONDS", 3600)
+    await run.kernel.cancel_execution(run.execution_id)
+
+    done = await asyncio.wait_for(run.kernel.get_execution(run.execution_id, wait=30), 5)
+
+    assert done.status is ExecutionStatus.CANCELLED
+
+
+async def test_execution_long_poll_sees_an_end_on_another_replica(
+    kernel: Kernel, store: Store, clock: ManualClock
+) -> None:
+    other = Kernel(store, settings(replica_id="replica-b"), clock=clock.now, bus=MemoryBus())
+    execution = await kernel.create_execution(AGENT, "null", None)
+    lease = await claim(other, execution.id)
+    waiting = asyncio.create_task(kernel.get_execution(execution.id, wait=30))
+    await asyncio.sleep(0)
+
+    # Nothing tells this kernel; its look every REPLICA_POLL_SECONDS finds the end.
+    await other.complete_execution(execution.id, AGENT, lease, "null")
+
+    done = await asyncio.wait_for(waiting, 5)
+    assert done.status is ExecutionStatus.COMPLETED
 
 
 async def test_events_long_poll_returns_at_once_for_a_terminal_execution(run: Run) -> None:

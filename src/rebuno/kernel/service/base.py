@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -43,6 +44,18 @@ def _noop() -> None:
     return None
 
 
+LIVE_REMEMBERED = 65_536
+
+
+class Wake(asyncio.Event):
+    """Wakes the long polls registered for one execution; `record` is the execution as the
+    waking use case committed it, when it has it at hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.record: Execution | None = None
+
+
 class ServiceBase:
     """State shared by the use-case mixins that make up `Kernel`."""
 
@@ -63,10 +76,13 @@ class ServiceBase:
         self.bundles = BundleCache()
         self.secrets: dict[str, tuple[float, str | None]] = {}
         """Agent secrets by id, with the monotonic time each entry expires."""
-        self.appended: dict[str, asyncio.Event] = {}
+        self.appended: dict[str, Wake] = {}
         """Readers waiting for new events of an execution, woken after each commit."""
-        self.ends: dict[str, asyncio.Event] = {}
+        self.ends: dict[str, Wake] = {}
         """Readers waiting for an execution to end, woken when a use case may have ended it."""
+        self.live: OrderedDict[str, None] = OrderedDict()
+        """Executions created here that this process has not seen end (the newest
+        `LIVE_REMEMBERED`): a long poll on one of them need not read it before waiting."""
 
     @asynccontextmanager
     async def transaction(self, execution_id: str | None = None) -> AsyncIterator[Transaction]:
@@ -77,16 +93,27 @@ class ServiceBase:
         if execution_id is not None and (waiting := self.appended.pop(execution_id, None)):
             waiting.set()
 
-    def on_append(self, execution_id: str) -> asyncio.Event:
-        """An event set after the next commit of a transaction on this execution."""
-        return self.appended.setdefault(execution_id, asyncio.Event())
+    def on_append(self, execution_id: str) -> Wake:
+        """A wake-up set after the next commit of a transaction on this execution."""
+        return self.appended.setdefault(execution_id, Wake())
 
-    def on_end(self, execution_id: str) -> asyncio.Event:
-        """An event set after a transaction that may have ended this execution committed."""
-        return self.ends.setdefault(execution_id, asyncio.Event())
+    def on_end(self, execution_id: str) -> Wake:
+        """A wake-up set after a transaction that may have ended this execution committed."""
+        return self.ends.setdefault(execution_id, Wake())
 
-    def ended(self, execution_id: str) -> None:
+    def created(self, execution_id: str) -> None:
+        self.live[execution_id] = None
+        if len(self.live) > LIVE_REMEMBERED:
+            self.live.popitem(last=False)
+
+    def ended(self, execution_id: str, record: Execution | None = None) -> None:
+        """Wakes the readers waiting for this execution to end; `record`, when given, is the
+        terminal record the use case has just committed, so they need not read it again.
+        Called after every use case that may end an execution here, and for the ends other
+        replicas announce."""
+        self.live.pop(execution_id, None)
         if waiting := self.ends.pop(execution_id, None):
+            waiting.record = record
             waiting.set()
 
     def new_dispatch(self, execution_id: str, now: datetime, delay: float = 0.0) -> Dispatch:

@@ -20,6 +20,7 @@ from rebuno.kernel.domain.execution import check_owner, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
 from rebuno.kernel.service.base import (
     ServiceBase,
+    Wake,
     flush,
     mark_started,
     new_id,
@@ -65,6 +66,7 @@ class ExecutionUseCases(ServiceBase):
             await tx.insert_execution(execution)
             await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
             await flush(tx, execution, batch)
+        self.created(execution.id)
         self.wake()
         return replace(execution, last_event_seq=batch.last_seq)
 
@@ -74,13 +76,17 @@ class ExecutionUseCases(ServiceBase):
         """The execution. With `wait` (our long poll), a live one is held up to that many
         seconds for it to become terminal."""
 
-        async def read() -> tuple[Execution, bool]:
-            execution = await self.store.get_execution(execution_id)
+        async def read(ended: Execution | None) -> tuple[Execution, bool]:
+            execution = ended or await self.store.get_execution(execution_id)
             check_owner(execution, agent_id)
             return execution, execution.status.is_terminal
 
-        # Woken only by the use cases that can end an execution, not by every step.
-        return await _hold(wait, lambda: self.on_end(execution_id), read)
+        # Woken only by the use cases that can end an execution, not by every step. One
+        # created here and not seen ending is live: waiting comes first. Should it have
+        # ended on another replica and the news been lost, the look every
+        # REPLICA_POLL_SECONDS finds it.
+        live = wait > 0 and execution_id in self.live
+        return await _hold(wait, lambda: self.on_end(execution_id), read, live=live)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self.store.list_executions(flt)
@@ -91,7 +97,7 @@ class ExecutionUseCases(ServiceBase):
         """Events after `after_seq`. With `wait` (our long poll), an empty answer is held up
         to that many seconds for the next commit on the execution, unless it is terminal."""
 
-        async def read() -> tuple[list[Event], bool]:
+        async def read(_: Execution | None) -> tuple[list[Event], bool]:
             events = await self.store.list_events(execution_id, after_seq, limit)
             if events:
                 return events, True
@@ -210,7 +216,7 @@ class ExecutionUseCases(ServiceBase):
                 raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
             if not locked.lease_live:
                 raise superseded(execution_id, lease)
-            await finish_execution(
+            done = await finish_execution(
                 tx,
                 execution,
                 status,
@@ -221,7 +227,7 @@ class ExecutionUseCases(ServiceBase):
                 lease.dispatch_id,
                 locked.outcomes,
             )
-        self.ended(execution_id)
+        self.ended(execution_id, done)
 
 
 async def finish_execution(
@@ -278,24 +284,34 @@ async def _expire_pending_approvals(tx: Transaction, execution_id: str, batch: E
 
 async def _hold(
     wait: float,
-    register: Callable[[], asyncio.Event],
-    read: Callable[[], Awaitable[tuple[T, bool]]],
+    register: Callable[[], Wake],
+    read: Callable[[Execution | None], Awaitable[tuple[T, bool]]],
+    *,
+    live: bool = False,
 ) -> T:
     """Our long poll: `read()` until it says it is done or `wait` seconds passed, looking
     again whenever the registered wake-up fires. The wake-up is registered before each read, so
     a commit landing in between is not missed; another replica's commits wake no one here, so
-    it also looks again every `REPLICA_POLL_SECONDS`."""
+    it also looks again every `REPLICA_POLL_SECONDS`. A wake-up that carries the terminal
+    record is handed to `read`, which need not read it again. `live`: the first read is
+    known to find nothing done, so it is skipped."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
+    ended: Execution | None = None
+    if wait <= 0:
+        return (await read(None))[0]
     while True:
-        woken = register() if wait > 0 else None
-        value, done = await read()
-        remaining = deadline - loop.time()
-        if woken is None or done or remaining <= 0:
-            return value
+        woken = register()
+        if live:
+            live = False
+        else:
+            value, done = await read(ended)
+            if done or deadline - loop.time() <= 0:
+                return value
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(min(remaining, REPLICA_POLL_SECONDS)):
+            async with asyncio.timeout(min(deadline - loop.time(), REPLICA_POLL_SECONDS)):
                 await woken.wait()
+        ended = woken.record if woken.is_set() else None
 
 
 def _deadline(execution: Execution) -> str | None:
