@@ -5,11 +5,10 @@ step can be recorded yet and no policy decides."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from rebuno.kernel.domain.decision import StepOutcome, StepRecord
-from rebuno.kernel.domain.records import Agent, Dispatch
+from rebuno.kernel.domain.records import Agent, Dispatch, Execution
 from rebuno.kernel.service.dispatches import offered
 from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.protocol.enums import Decision, DispatchStatus, ExecutionStatus, StepKind, StepStatus
@@ -101,7 +100,8 @@ def _claimed(status: ExecutionStatus, bundle: str | None) -> ClaimedDispatch:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     dispatch = Dispatch("d", "e", DispatchStatus.IN_FLIGHT, 1, 5, now, "r", now, now, now)
     agent = Agent(AGENT, "http://127.0.0.1:9/", "s", bundle, None, now)
-    return ClaimedDispatch(dispatch, status, agent)
+    execution = Execution("e", AGENT, None, "null", status, None, None, now, now, None, 2)
+    return ClaimedDispatch(dispatch, execution, agent)
 
 
 def test_only_a_first_delivery_without_policy_is_offered_step_records() -> None:
@@ -111,6 +111,4 @@ def test_only_a_first_delivery_without_policy_is_offered_step_records() -> None:
     assert offered(first, step_records=False) == (STEP_COMPLETIONS,)
     assert offered(_claimed(ExecutionStatus.RUNNING, None), True) == (STEP_COMPLETIONS,)
     assert offered(_claimed(ExecutionStatus.PENDING, "rules: []"), True) == (STEP_COMPLETIONS,)
-    assert offered(replace(first, execution_status=ExecutionStatus.BLOCKED), True) == (
-        STEP_COMPLETIONS,
-    )
+    assert offered(_claimed(ExecutionStatus.BLOCKED, None), True) == (STEP_COMPLETIONS,)

@@ -10,7 +10,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import uuid_utils
@@ -22,7 +22,7 @@ from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import transition
 from rebuno.kernel.domain.records import Dispatch, Execution, Lease
 from rebuno.kernel.policy.loader import BundleCache
-from rebuno.kernel.store.base import Store, Transaction
+from rebuno.kernel.store.base import Store, Transaction, Unchanged
 from rebuno.kernel.stream.bus import StreamBus
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 from rebuno.protocol.events import EventType
@@ -45,6 +45,16 @@ def _noop() -> None:
 
 
 LIVE_REMEMBERED = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class FirstRun:
+    """An execution's first delivery, acknowledged here: no step was recorded before it (a
+    `pending` execution has none) and its dispatch had no occurrence counter (the claim
+    cleared them). `execution` is the record the acknowledgement wrote."""
+
+    lease: Lease
+    execution: Execution
 
 
 class Wake(asyncio.Event):
@@ -83,12 +93,18 @@ class ServiceBase:
         self.live: OrderedDict[str, None] = OrderedDict()
         """Executions created here that this process has not seen end (the newest
         `LIVE_REMEMBERED`): a long poll on one of them need not read it before waiting."""
+        self.first_runs: OrderedDict[str, FirstRun] = OrderedDict()
+        """Executions whose first delivery this process has just acknowledged (the newest
+        `LIVE_REMEMBERED`), with the record it wrote: their completion is tried optimistically
+        on that record."""
 
     @asynccontextmanager
-    async def transaction(self, execution_id: str | None = None) -> AsyncIterator[Transaction]:
+    async def transaction(
+        self, execution_id: str | None = None, unchanged: Unchanged | None = None
+    ) -> AsyncIterator[Transaction]:
         """The store's transaction, and once it committed, a wake-up for whoever waits on
         this execution's event log in this process."""
-        async with self.store.transaction(execution_id) as tx:
+        async with self.store.transaction(execution_id, unchanged) as tx:
             yield tx
         if execution_id is not None and (waiting := self.appended.pop(execution_id, None)):
             waiting.set()
@@ -106,12 +122,19 @@ class ServiceBase:
         if len(self.live) > LIVE_REMEMBERED:
             self.live.popitem(last=False)
 
+    def first_run(self, lease: Lease, execution: Execution) -> None:
+        """Remembers the record a first delivery's acknowledgement wrote under `lease`."""
+        self.first_runs[execution.id] = FirstRun(lease, execution)
+        if len(self.first_runs) > LIVE_REMEMBERED:
+            self.first_runs.popitem(last=False)
+
     def ended(self, execution_id: str, record: Execution | None = None) -> None:
         """Wakes the readers waiting for this execution to end; `record`, when given, is the
         terminal record the use case has just committed, so they need not read it again.
         Called after every use case that may end an execution here, and for the ends other
         replicas announce."""
         self.live.pop(execution_id, None)
+        self.first_runs.pop(execution_id, None)
         if waiting := self.ends.pop(execution_id, None):
             waiting.record = record
             waiting.set()

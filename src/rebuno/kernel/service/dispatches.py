@@ -21,10 +21,10 @@ from rebuno.kernel.domain.dispatch import (
     webhook_body,
 )
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Dispatch, Execution
+from rebuno.kernel.domain.records import Dispatch, Execution, Lease
 from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started
 from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_execution
-from rebuno.kernel.store.base import ClaimedDispatch, Transaction
+from rebuno.kernel.store.base import ClaimedDispatch, Stale, Transaction, Unchanged
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 from rebuno.protocol.events import EventType
 from rebuno.protocol.extensions import OFFERED, STEP_RECORDS
@@ -77,7 +77,7 @@ class DispatchUseCases(ServiceBase):
                 dispatch.id,
                 dispatch.attempt,
             )
-            await self._record_ack(dispatch)
+            await self._record_ack(claimed)
         else:
             log.warning(
                 "delivery failed: execution_id=%s dispatch_id=%s attempt=%d: %s",
@@ -88,14 +88,25 @@ class DispatchUseCases(ServiceBase):
             )
             await self._record_failure(dispatch)
 
-    async def _record_ack(self, dispatch: Dispatch) -> None:
+    async def _record_ack(self, claimed: ClaimedDispatch) -> None:
+        """Tried first on the record the claim read, in one optimistic statement; when the
+        execution changed since (the agent wrote first, say), the ordinary way."""
+        dispatch, seen = claimed.dispatch, claimed.execution
+        lease = Lease(dispatch.id, dispatch.attempt)
+        if not seen.status.is_terminal:
+            with contextlib.suppress(Stale):
+                async with self.transaction(seen.id, Unchanged(seen.last_event_seq)) as tx:
+                    acked = await _acknowledge(tx, dispatch, seen, self.clock())
+                if seen.status is ExecutionStatus.PENDING:
+                    self.first_run(lease, acked)
+                return
         async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
                 return
-            batch = EventBatch(execution, self.clock())
-            batch.dispatch(EventType.DISPATCH_ACKED, dispatch, "acked")
-            await flush(tx, mark_started(execution, batch), batch)
+            acked = await _acknowledge(tx, dispatch, execution, self.clock())
+        if execution.status is ExecutionStatus.PENDING:
+            self.first_run(lease, acked)
 
     async def _record_failure(self, dispatch: Dispatch) -> None:
         async with self.transaction(dispatch.execution_id) as tx:
@@ -160,6 +171,18 @@ async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:
 
 async def _exhausted(tx: Transaction, execution: Execution, now: datetime) -> None:
     await finish_execution(tx, execution, ExecutionStatus.FAILED, None, DISPATCH_EXHAUSTED, now)
+
+
+async def _acknowledge(
+    tx: Transaction, dispatch: Dispatch, execution: Execution, now: datetime
+) -> Execution:
+    """Records a delivery's 2xx answer; the first reached the agent, so a `pending`
+    execution starts. Returns the record as written."""
+    batch = EventBatch(execution, now)
+    batch.dispatch(EventType.DISPATCH_ACKED, dispatch, "acked")
+    started = mark_started(execution, batch)
+    await flush(tx, started, batch)
+    return replace(started, last_event_seq=batch.last_seq)
 
 
 def _requeued(dispatch: Dispatch, retry_at: datetime, now: datetime) -> Dispatch:

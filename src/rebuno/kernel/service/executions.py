@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
-from rebuno.kernel.domain.decision import Carried
+from rebuno.kernel.domain.decision import Carried, StepRecord
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, transition
@@ -27,7 +27,14 @@ from rebuno.kernel.service.base import (
     superseded,
 )
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
-from rebuno.kernel.store.base import ExecutionFilter, Outcomes, Page, Transaction
+from rebuno.kernel.store.base import (
+    ExecutionFilter,
+    Outcomes,
+    Page,
+    Stale,
+    Transaction,
+    Unchanged,
+)
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
 from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
@@ -206,7 +213,16 @@ class ExecutionUseCases(ServiceBase):
         outcomes: Sequence[Carried],
     ) -> None:
         """Terminal is checked before the lease (§5.2), then the strong lease check. A
-        refusal rolls the transaction back, the lease's renewal with it."""
+        refusal rolls the transaction back, the lease's renewal with it. The end of a first
+        run acknowledged here is tried optimistically first (see `_finish_first_run`)."""
+        first = self.first_runs.pop(execution_id, None)
+        if first is not None and first.lease == lease:
+            done = await self._finish_first_run(
+                first.execution, agent_id, lease, status, output, reason, outcomes
+            )
+            if done is not None:
+                self.ended(execution_id, done)
+                return
         async with self.transaction(execution_id) as tx:
             now = self.clock()
             locked = await tx.lock_execution(execution_id, lease, now, wanted_by(outcomes))
@@ -228,6 +244,38 @@ class ExecutionUseCases(ServiceBase):
                 locked.outcomes,
             )
         self.ended(execution_id, done)
+
+    async def _finish_first_run(
+        self,
+        acked: Execution,
+        agent_id: str | None,
+        lease: Lease,
+        status: ExecutionStatus,
+        output: RawJson | None,
+        reason: str,
+        outcomes: Sequence[Carried],
+    ) -> Execution | None:
+        """Ends a first run on the record its acknowledgement wrote, in one statement that
+        applies only while nothing changed since: the record is the execution's, the lease
+        is live, and no step exists yet (none before a first run; any since would have moved
+        the record or used an occurrence counter), so the reports it carries take their
+        first occurrences. Returns the record written, or None when something changed (or
+        the request carries completions of submitted steps), for the ordinary way."""
+        if any(not isinstance(outcome, StepRecord) for outcome in outcomes):
+            return None
+        check_owner(acked, agent_id)
+        now = self.clock()
+        none_yet = Outcomes(consumed={}, steps=[])
+        try:
+            async with self.transaction(
+                acked.id, Unchanged(acked.last_event_seq, lease, now)
+            ) as tx:
+                done = await finish_execution(
+                    tx, acked, status, output, reason, now, outcomes, lease.dispatch_id, none_yet
+                )
+        except Stale:
+            return None
+        return done
 
 
 async def finish_execution(

@@ -131,8 +131,30 @@ class ClaimedDispatch:
     """A dispatch this replica has just claimed, with what delivering it needs."""
 
     dispatch: Dispatch
-    execution_status: ExecutionStatus
+    execution: Execution
+    """The execution as the claim read it."""
     agent: Agent
+
+    @property
+    def execution_status(self) -> ExecutionStatus:
+        return self.execution.status
+
+
+@dataclass(frozen=True, slots=True)
+class Unchanged:
+    """The condition of an optimistic transaction (`Store.transaction(unchanged=...)`): its
+    writes were built from a record of the execution read earlier, so they apply only while
+    the execution is still at that record's `last_event_seq`. With a lease, also only while
+    it owns the live dispatch (renewed then, `locked_at = now`) and its dispatch has used no
+    occurrence counter yet."""
+
+    last_event_seq: int
+    lease: Lease | None = None
+    now: datetime | None = None
+
+
+class Stale(Exception):
+    """An optimistic transaction's condition did not hold: nothing was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,9 +319,12 @@ class Store(Protocol):
         ...
 
     def transaction(
-        self, execution_id: str | None = None
+        self, execution_id: str | None = None, unchanged: Unchanged | None = None
     ) -> AbstractAsyncContextManager[Transaction]:
-        """A transaction; with an id it first takes that execution's lock."""
+        """A transaction; with an id it first takes that execution's lock. With `unchanged`
+        (and an id) it is optimistic: the block only writes, and the writes commit only
+        while the condition holds; otherwise nothing is written and `Stale` is raised, from
+        entering the block or from leaving it."""
         ...
 
     def leader(self, key: str) -> AbstractAsyncContextManager[bool]:

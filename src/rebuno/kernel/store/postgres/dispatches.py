@@ -14,9 +14,9 @@ from typing import Any
 
 from rebuno.kernel.domain.records import Dispatch, Lease
 from rebuno.kernel.store.base import ClaimedDispatch
-from rebuno.kernel.store.postgres import agents
+from rebuno.kernel.store.postgres import agents, executions
 from rebuno.kernel.store.postgres.connection import Executor
-from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
+from rebuno.protocol.enums import DispatchStatus
 
 CHANNEL = "rebuno_dispatch"
 """Notified by `rebuno_apply` when a dispatch is inserted, with the enqueuing store's tag."""
@@ -49,7 +49,7 @@ _CLAIM = f"""
         FROM due WHERE d.id = due.id
         RETURNING d.*
     )
-    SELECT {COLUMNS}, e.status, {agents.COLUMNS}
+    SELECT {COLUMNS}, {executions.COLUMNS}, {agents.COLUMNS}
     FROM d JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
     ORDER BY d.next_attempt_at, d.id
 """
@@ -121,8 +121,8 @@ async def claim(
     return [
         ClaimedDispatch(
             dispatch=from_row(row),
-            execution_status=ExecutionStatus(row[WIDTH]),
-            agent=agents.from_row(row[WIDTH + 1 :]),
+            execution=executions.from_row(row[WIDTH : WIDTH + executions.WIDTH]),
+            agent=agents.from_row(row[WIDTH + executions.WIDTH :]),
         )
         for row in await cur.fetchall()
     ]

@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
 from rebuno.kernel.pgserver import Server
-from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page
+from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page, Unchanged
 from rebuno.kernel.store.postgres import (
     agents,
     approvals,
@@ -38,7 +38,11 @@ from rebuno.kernel.store.postgres import (
 )
 from rebuno.kernel.store.postgres.connection import Connection, lock_key, translated
 from rebuno.kernel.store.postgres.listener import DispatchListener
-from rebuno.kernel.store.postgres.transaction import PostgresTransaction, batched
+from rebuno.kernel.store.postgres.transaction import (
+    PostgresTransaction,
+    batched,
+    optimistic,
+)
 from rebuno.protocol.enums import ApprovalStatus
 
 P = ParamSpec("P")
@@ -145,13 +149,15 @@ class PostgresStore:
     # -- transactions --------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def transaction(
-        self, execution_id: str | None = None
+        self, execution_id: str | None = None, unchanged: Unchanged | None = None
     ) -> AsyncIterator[PostgresTransaction]:
-        async with (
-            self._connection() as conn,
-            batched(conn, self._server, execution_id, self._tag) as tx,
-        ):
-            yield tx
+        async with self._connection() as conn:
+            if unchanged is not None and execution_id is not None:
+                transaction = optimistic(conn, self._server, execution_id, unchanged, self._tag)
+            else:
+                transaction = batched(conn, self._server, execution_id, self._tag)
+            async with transaction as tx:
+                yield tx
 
     @contextlib.asynccontextmanager
     async def leader(self, key: str) -> AsyncIterator[bool]:

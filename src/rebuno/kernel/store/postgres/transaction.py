@@ -31,9 +31,11 @@ from rebuno.kernel.store.base import (
     Completion,
     Locked,
     Outcomes,
+    Stale,
     StepIdFn,
     StepKey,
     Submission,
+    Unchanged,
     Wanted,
 )
 from rebuno.kernel.store.postgres import (
@@ -68,10 +70,30 @@ _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 class PostgresTransaction:
     """One unit of work; `batched` commits or rolls it back."""
 
-    __slots__ = ("_agent", "_begun", "_conn", "_lock", "_pipeline", "_server", "_tag", "_writes")
+    __slots__ = (
+        "_agent",
+        "_begun",
+        "_conn",
+        "_lock",
+        "_optimistic",
+        "_pipeline",
+        "_server",
+        "_tag",
+        "_writes",
+    )
 
-    def __init__(self, conn: Connection, server: Server, lock: int | None, tag: str) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        server: Server,
+        lock: int | None,
+        tag: str,
+        *,
+        optimistic: bool = False,
+    ) -> None:
         self._conn = conn
+        self._optimistic = optimistic
+        """Collects writes only; the lock is taken by `commit_unchanged`'s statement."""
         self._server = server
         self._tag = tag
         self._lock = lock
@@ -89,6 +111,8 @@ class PostgresTransaction:
         """Runs `call(session, *args)` (a read, or a write `rebuno_apply` does not do): its
         statements go after BEGIN, the lock and the collected writes, so they see the
         transaction's own writes, and writes keep their order."""
+        if self._optimistic:
+            raise RuntimeError("an optimistic transaction only writes")
         with translated(self._server):
             return await call(_Session(self), *args)
 
@@ -129,6 +153,25 @@ class PostgresTransaction:
             await self._conn.execute(_COMMIT, prepare=False)
             pipeline, self._pipeline = self._pipeline, None
             await pipeline.aclose()  # sends the sync and waits: the commit's round trip
+
+    async def commit_unchanged(self, execution_id: str, unchanged: Unchanged) -> None:
+        """Sends the writes as one statement that applies them only while `unchanged` holds;
+        raises `Stale` when it did not."""
+        lease = unchanged.lease
+        params = (
+            execution_lock_key(execution_id),
+            execution_id,
+            unchanged.last_event_seq,
+            None if lease is None else lease.dispatch_id,
+            None if lease is None else lease.attempt,
+            unchanged.now,
+            self._writes.take(),
+        )
+        with translated(self._server):
+            cur = await self._conn.execute(writes.APPLY_UNCHANGED, params)
+            row = await cur.fetchone()
+        if not (row and row[0]):
+            raise Stale(f"execution {execution_id} changed since it was read")
 
     async def roll_back(self) -> None:
         """Forgets the collected writes and ends the transaction, if it began. Never raises:
@@ -289,6 +332,17 @@ class _Session:
 
     async def execute_many(self, statements: Sequence[tuple[str, Params | None]]) -> list[Cursor]:
         return await self._tx.send(statements)
+
+
+@contextlib.asynccontextmanager
+async def optimistic(
+    conn: Connection, server: Server, execution_id: str, unchanged: Unchanged, tag: str
+) -> AsyncIterator[PostgresTransaction]:
+    """An optimistic transaction (`Store.transaction(unchanged=...)`): the block only
+    collects writes, and leaving it sends them as one statement."""
+    tx = PostgresTransaction(conn, server, None, tag, optimistic=True)
+    yield tx
+    await tx.commit_unchanged(execution_id, unchanged)
 
 
 @contextlib.asynccontextmanager

@@ -1,6 +1,7 @@
 """A transaction's writes, queued as operations of `rebuno_apply` (migrations 003, 005) and sent
 as one statement: the driver's cost is per statement, and a step writes five to seven rows.
-A transaction that inserts an execution sends them through `rebuno_apply_for_agent` (006).
+A transaction that inserts an execution sends them through `rebuno_apply_for_agent` (006), an
+optimistic one through `rebuno_apply_unchanged` (007).
 
 Each function here turns a record into the operation's JSON array, in the order of the values
 the SQL function reads. `Writes.take` hands over what is queued, encoded.
@@ -21,6 +22,8 @@ from rebuno.kernel.store.base import StepKey
 APPLY = "SELECT rebuno_apply(%s::jsonb)"
 APPLY_FOR_AGENT = "SELECT rebuno_apply_for_agent(%s, %s::jsonb)"
 """The same, refusing when the agent of an execution being inserted is not registered."""
+APPLY_UNCHANGED = "SELECT rebuno_apply_unchanged(%s, %s, %s, %s, %s, %s, %s::jsonb)"
+"""The same, only while the execution is unchanged (migration 007); returns whether it did."""
 
 Op = list[Any]
 

@@ -16,7 +16,7 @@ from typing import Any
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Dispatch, Lease
 from rebuno.kernel.store.base import ClaimedDispatch, StepKey
-from rebuno.kernel.store.sqlite import agents
+from rebuno.kernel.store.sqlite import agents, executions
 from rebuno.kernel.store.sqlite.errors import refusals
 from rebuno.kernel.store.sqlite.timestamps import (
     from_micros,
@@ -24,7 +24,7 @@ from rebuno.kernel.store.sqlite.timestamps import (
     to_micros,
     to_micros_or_none,
 )
-from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
+from rebuno.protocol.enums import DispatchStatus
 
 COLUMNS = (
     "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at,"
@@ -173,7 +173,7 @@ def claim(
 
 def _claimed(conn: sqlite3.Connection, ids: str) -> list[ClaimedDispatch]:
     rows = conn.execute(
-        f"""SELECT {_D_COLUMNS}, e.status, {_A_COLUMNS}
+        f"""SELECT {_D_COLUMNS}, {executions.prefixed("e")}, {_A_COLUMNS}
             FROM dispatches d
             JOIN executions e ON e.id = d.execution_id
             JOIN agents a ON a.id = e.agent_id
@@ -184,8 +184,8 @@ def _claimed(conn: sqlite3.Connection, ids: str) -> list[ClaimedDispatch]:
     return [
         ClaimedDispatch(
             dispatch=to_record(row[:10]),
-            execution_status=ExecutionStatus(row[10]),
-            agent=agents.to_record(row[11:]),
+            execution=executions.to_record(row[10 : 10 + executions.WIDTH]),
+            agent=agents.to_record(row[10 + executions.WIDTH :]),
         )
         for row in rows
     ]

@@ -30,7 +30,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
-from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page, Store
+from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page, Stale, Store, Unchanged
 from rebuno.kernel.store.sqlite import (
     agents,
     approvals,
@@ -42,7 +42,7 @@ from rebuno.kernel.store.sqlite import (
 )
 from rebuno.kernel.store.sqlite.errors import driver_errors
 from rebuno.kernel.store.sqlite.schema import apply_schema
-from rebuno.kernel.store.sqlite.transaction import SqliteTransaction
+from rebuno.kernel.store.sqlite.transaction import SqliteTransaction, still_unchanged
 from rebuno.protocol.enums import ApprovalStatus
 
 P = ParamSpec("P")
@@ -142,11 +142,16 @@ class SqliteStore:
     # -- transactions --------------------------------------------------------------------
     @asynccontextmanager
     async def transaction(
-        self, execution_id: str | None = None
+        self, execution_id: str | None = None, unchanged: Unchanged | None = None
     ) -> AsyncIterator[SqliteTransaction]:
         # The single writer serialises every transaction, so `execution_id` needs no lock
-        # of its own here.
+        # of its own here, and an optimistic one can check its condition first.
         async with self._write() as conn:
+            if unchanged is not None and execution_id is not None:
+                with driver_errors(self._path):
+                    holds = still_unchanged(conn, execution_id, unchanged)
+                if not holds:
+                    raise Stale(f"execution {execution_id} changed since it was read")
             yield SqliteTransaction(conn, self._path)
 
     @asynccontextmanager

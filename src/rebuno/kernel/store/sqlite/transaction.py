@@ -23,6 +23,7 @@ from rebuno.kernel.store.base import (
     StepIdFn,
     StepKey,
     Submission,
+    Unchanged,
     Wanted,
 )
 from rebuno.kernel.store.sqlite import (
@@ -271,3 +272,19 @@ def _load_completion(
             dispatch if dispatch is not None and dispatch.execution_id == execution_id else None
         ),
     )
+
+
+def still_unchanged(conn: sqlite3.Connection, execution_id: str, unchanged: Unchanged) -> bool:
+    """Whether an optimistic transaction's condition holds (renewing the lease if it does)."""
+    row = conn.execute(
+        "SELECT last_event_seq FROM executions WHERE id = ?", (execution_id,)
+    ).fetchone()
+    if row is None or row[0] != unchanged.last_event_seq:
+        return False
+    lease, now = unchanged.lease, unchanged.now
+    if lease is None or now is None:
+        return True
+    used = conn.execute(
+        "SELECT 1 FROM dispatch_step_counters WHERE dispatch_id = ? LIMIT 1", (lease.dispatch_id,)
+    ).fetchone()
+    return used is None and dispatches.renew_lease(conn, execution_id, lease, now)

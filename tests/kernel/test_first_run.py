@@ -1,0 +1,161 @@
+"""A first delivery's acknowledgement and its execution's end are tried optimistically, each
+as one statement on the record read before (the claim's, then the acknowledgement's); when
+the execution changed in between they take the ordinary way, with the same outcome. Each
+test checks the outcome against what the ordinary way records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded
+from rebuno.kernel.domain.records import Lease
+from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.store.base import ClaimedDispatch
+from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
+from tests.kernel.conftest import AGENT, Run, redeliver, request
+from tests.kernel.test_step_records import STEP_EVENTS, report
+from tests.support import ManualClock
+
+FIRST_EVENTS = ["execution.created", "dispatch.queued", "dispatch.acked", "execution.started"]
+
+
+@dataclass
+class Answering:
+    """A deliverer whose agent answers every webhook 2xx at once."""
+
+    delivered: list[str] = field(default_factory=list)
+
+    async def deliver(
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
+    ) -> DeliveryOutcome:
+        self.delivered.append(execution_id)
+        return DeliveryOutcome(ok=True)
+
+
+async def claimed(kernel: Kernel) -> tuple[ClaimedDispatch, Run]:
+    execution = await kernel.create_execution(AGENT, '{"topic":"x"}', None)
+    [claim] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
+    lease = Lease(claim.dispatch.id, claim.dispatch.attempt)
+    return claim, Run(kernel, execution.id, lease)
+
+
+async def delivered(kernel: Kernel) -> Run:
+    claim, run = await claimed(kernel)
+    await kernel.deliver(claim, Answering())
+    return run
+
+
+async def test_a_first_acknowledgement_starts_the_execution_and_is_remembered(
+    kernel: Kernel,
+) -> None:
+    run = await delivered(kernel)
+
+    assert await run.event_types() == FIRST_EVENTS
+    stored = await run.execution()
+    assert stored.status is ExecutionStatus.RUNNING
+    assert kernel.first_runs[run.execution_id].execution == stored
+    assert kernel.first_runs[run.execution_id].lease == run.lease
+
+
+async def test_an_acknowledgement_after_the_agent_wrote_takes_the_ordinary_way(
+    kernel: Kernel,
+) -> None:
+    claim, run = await claimed(kernel)
+    await run.submit()  # the agent's first write lands before the acknowledgement
+
+    await kernel.deliver(claim, Answering())
+
+    types = await run.event_types()
+    assert types.count("execution.started") == 1
+    assert types[-1] == "dispatch.acked"
+    assert run.execution_id not in kernel.first_runs  # it was not a first run any more
+
+
+async def test_an_acknowledgement_after_the_end_records_nothing(kernel: Kernel) -> None:
+    claim, run = await claimed(kernel)
+    await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null")
+    before = await run.event_types()
+
+    await kernel.deliver(claim, Answering())
+
+    assert await run.event_types() == before
+    assert (await run.execution()).status is ExecutionStatus.COMPLETED
+
+
+async def test_a_first_run_ends_with_its_reports_at_their_first_occurrences(
+    kernel: Kernel,
+) -> None:
+    run = await delivered(kernel)
+
+    await kernel.complete_execution(
+        run.execution_id, AGENT, run.lease, '{"done":1}', (report(1, "1"), report(1, "2"))
+    )
+
+    steps = await kernel.list_steps(run.execution_id, None)
+    assert [(s.occurrence, s.status, s.result) for s in steps] == [
+        (0, StepStatus.SUCCEEDED, "1"),
+        (1, StepStatus.SUCCEEDED, "2"),
+    ]
+    assert await run.event_types() == [*FIRST_EVENTS, *STEP_EVENTS * 2, "execution.completed"]
+    done = await run.execution()
+    assert (done.status, done.output) == (ExecutionStatus.COMPLETED, '{"done":1}')
+    assert run.execution_id not in kernel.first_runs
+
+
+async def test_reports_after_a_submitted_step_continue_its_occurrences(kernel: Kernel) -> None:
+    run = await delivered(kernel)
+    first = await run.submit(request(target="work", args='{"n":1}', kind=StepKind.LOCAL))
+    assert first.step_id is not None
+    await run.complete(first.step_id, "0")
+
+    await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null", (report(1, "1"),))
+
+    steps = await kernel.list_steps(run.execution_id, None)
+    assert [(s.occurrence, s.result) for s in steps] == [(0, "0"), (1, "1")]
+    assert (await run.execution()).status is ExecutionStatus.COMPLETED
+
+
+async def test_a_replaced_lease_cannot_end_a_first_run(kernel: Kernel, clock: ManualClock) -> None:
+    run = await delivered(kernel)
+    again = await redeliver(kernel, clock, run)
+
+    with pytest.raises(LeaseSuperseded):
+        await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null")
+
+    await kernel.complete_execution(again.execution_id, AGENT, again.lease, "null")
+    assert (await again.execution()).status is ExecutionStatus.COMPLETED
+
+
+async def test_a_first_run_cancelled_meanwhile_stays_cancelled(kernel: Kernel) -> None:
+    run = await delivered(kernel)
+    await kernel.cancel_execution(run.execution_id)
+
+    with pytest.raises(ExecutionTerminal):
+        await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null", (report(1),))
+
+    assert (await run.execution()).status is ExecutionStatus.CANCELLED
+    assert await kernel.list_steps(run.execution_id, None) == []
+
+
+async def test_a_remembered_record_the_execution_moved_past_takes_the_ordinary_way(
+    kernel: Kernel,
+) -> None:
+    claim, run = await claimed(kernel)
+    await kernel.deliver(claim, Answering())
+    kernel.first_run(run.lease, claim.execution)  # the record from before the acknowledgement
+
+    await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null", (report(1),))
+
+    types = await run.event_types()
+    assert types == [*FIRST_EVENTS, *STEP_EVENTS, "execution.completed"]
+    assert (await run.execution()).last_event_seq == len(types)
