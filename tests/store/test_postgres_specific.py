@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
+from rebuno.kernel.store.base import Stale, Unchanged
 from rebuno.kernel.store.postgres import PostgresStore
 from rebuno.kernel.store.postgres.migrations import available
 from rebuno.protocol.enums import ExecutionStatus
@@ -152,6 +153,64 @@ async def test_advisory_lock_keeps_event_seq_contiguous_under_appends_from_two_r
     logged = await replicas[1].list_events(created.id, 0, 100)
     assert [e.event_seq for e in logged] == list(range(1, 21))
     assert (await replicas[0].get_execution(created.id)).last_event_seq == 20
+
+
+async def test_optimistic_writes_from_two_replicas_on_one_record_apply_once(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    created = await seed_execution(replicas[0])
+    seen = await replicas[0].get_execution(created.id)
+
+    async def append_on_seen(store: PostgresStore) -> bool:
+        try:
+            async with store.transaction(created.id, Unchanged(seen.last_event_seq)) as tx:
+                seq = seen.last_event_seq + 1
+                await tx.append_events([event(created.id, seq, type="step.proposed")])
+                await tx.update_execution(replace(seen, last_event_seq=seq))
+        except Stale:
+            return False
+        return True
+
+    applied = await asyncio.gather(*(append_on_seen(replicas[i % 2]) for i in range(20)))
+
+    assert applied.count(True) == 1
+    assert [e.event_seq for e in await replicas[1].list_events(created.id, 0, 100)] == [1]
+
+
+async def test_a_transaction_that_only_writes_still_waits_for_the_lock(
+    replicas: tuple[PostgresStore, PostgresStore], postgres_url: str
+) -> None:
+    created = await seed_execution(replicas[0])
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_the_lock() -> None:
+        async with replicas[0].transaction(created.id) as tx:
+            current = await tx.get_execution(created.id)
+            holding.set()
+            await release.wait()
+            await tx.append_events([event(created.id, 1, type="step.proposed")])
+            await tx.update_execution(replace(current, last_event_seq=1))
+
+    async def write_only() -> None:
+        async with replicas[1].transaction(created.id) as tx:
+            await tx.append_events([event(created.id, 2, type="step.proposed")])
+
+    holder = asyncio.create_task(hold_the_lock())
+    await holding.wait()
+    writer = asyncio.create_task(write_only())
+
+    async def waiting_for_the_lock() -> bool:
+        rows = await _query(
+            postgres_url,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+        )
+        return rows[0][0] == 1
+
+    await wait_until(waiting_for_the_lock, message="the write-only transaction to wait")
+    assert not writer.done()
+    release.set()
+    await asyncio.gather(holder, writer)
+    assert [e.event_seq for e in await replicas[1].list_events(created.id, 0, 100)] == [1, 2]
 
 
 async def test_claims_from_two_replicas_never_return_the_same_dispatch(

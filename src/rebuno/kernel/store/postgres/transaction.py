@@ -144,8 +144,9 @@ class PostgresTransaction:
     async def commit(self) -> None:
         """Sends what is queued and the COMMIT, and waits for them."""
         with translated(self._server):
-            if self._pipeline is None:
-                # No read and no lock: the writes are one statement, which commits itself.
+            if self._pipeline is None and (self._lock is None or not self._writes):
+                # Nothing read and no lock to take first: the writes (if any) are one
+                # statement, which commits itself.
                 if self._writes:
                     await self._conn.execute(*self._apply())
                 return
