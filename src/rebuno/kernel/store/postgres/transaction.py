@@ -122,11 +122,14 @@ class PostgresTransaction:
         await self._send_queued()
         return [await self._conn.execute(query, params) for query, params in statements]
 
-    async def _send_queued(self) -> None:
-        if self._pipeline is None:
-            stack = contextlib.AsyncExitStack()
-            await stack.enter_async_context(self._conn.pipeline())
-            self._pipeline = stack
+    async def _send_queued(self) -> contextlib.AsyncExitStack:
+        """Queues BEGIN (entering the pipeline), the lock and the collected writes, as far as
+        they are not queued yet; returns the pipeline."""
+        pipeline = self._pipeline
+        if pipeline is None:
+            pipeline = contextlib.AsyncExitStack()
+            await pipeline.enter_async_context(self._conn.pipeline())
+            self._pipeline = pipeline
             self._begun = True
             await self._conn.execute(_BEGIN, prepare=False)
         if self._lock is not None:
@@ -134,6 +137,7 @@ class PostgresTransaction:
             self._lock = None
         if self._writes:
             await self._conn.execute(*self._apply())
+        return pipeline
 
     def _apply(self) -> tuple[str, Params]:
         if self._agent is None:
@@ -150,9 +154,9 @@ class PostgresTransaction:
                 if self._writes:
                     await self._conn.execute(*self._apply())
                 return
-            await self._send_queued()
+            pipeline = await self._send_queued()
             await self._conn.execute(_COMMIT, prepare=False)
-            pipeline, self._pipeline = self._pipeline, None
+            self._pipeline = None
             await pipeline.aclose()  # sends the sync and waits: the commit's round trip
 
     async def commit_unchanged(self, execution_id: str, unchanged: Unchanged) -> None:
