@@ -14,6 +14,7 @@ SDK; never the kernel.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import os
@@ -116,6 +117,10 @@ def main() -> None:
     agent = Agent(os.environ.get("BENCH_AGENT_ID", "bench"))
     agent.bind(work)
     port = int(os.environ["BENCH_PORT"])
+    # As `Agent.run` does before serving (docs/sdk.md): E restarts this process for every
+    # replay, and its first full collection would otherwise land in the replay's first steps.
+    gc.collect()
+    gc.freeze()
     uvicorn.run(
         noting_arrivals(agent.app),
         host="127.0.0.1",
