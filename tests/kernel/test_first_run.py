@@ -12,6 +12,7 @@ import pytest
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
+from rebuno.kernel.service.base import FIRST_RUN_INPUT_LIMIT
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
@@ -159,3 +160,19 @@ async def test_a_remembered_record_the_execution_moved_past_takes_the_ordinary_w
     types = await run.event_types()
     assert types == [*FIRST_EVENTS, *STEP_EVENTS, "execution.completed"]
     assert (await run.execution()).last_event_seq == len(types)
+
+
+async def test_a_first_run_with_a_long_input_is_not_held_and_ends_the_ordinary_way(
+    kernel: Kernel,
+) -> None:
+    long_input = '{"text":"' + "x" * FIRST_RUN_INPUT_LIMIT + '"}'
+    execution = await kernel.create_execution(AGENT, long_input, None)
+    [claim] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
+    await kernel.deliver(claim, Answering())
+    assert execution.id not in kernel.first_runs
+
+    lease = Lease(claim.dispatch.id, claim.dispatch.attempt)
+    await kernel.complete_execution(execution.id, AGENT, lease, "null", (report(1),))
+
+    done = await kernel.get_execution(execution.id)
+    assert (done.status, done.input) == (ExecutionStatus.COMPLETED, long_input)

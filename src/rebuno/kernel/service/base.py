@@ -45,6 +45,10 @@ def _noop() -> None:
 
 
 LIVE_REMEMBERED = 65_536
+FIRST_RUNS_REMEMBERED = 16_384
+FIRST_RUN_INPUT_LIMIT = 4096
+"""A first run whose input is longer (in characters) is not remembered: a record is held
+until its run ends, and inputs may be megabytes; its end takes the ordinary way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +99,8 @@ class ServiceBase:
         `LIVE_REMEMBERED`): a long poll on one of them need not read it before waiting."""
         self.first_runs: OrderedDict[str, FirstRun] = OrderedDict()
         """Executions whose first delivery this process has just acknowledged (the newest
-        `LIVE_REMEMBERED`), with the record it wrote: their completion is tried optimistically
-        on that record."""
+        `FIRST_RUNS_REMEMBERED`, inputs up to `FIRST_RUN_INPUT_LIMIT`), with the record it
+        wrote: their completion is tried optimistically on that record."""
 
     @asynccontextmanager
     async def transaction(
@@ -124,8 +128,10 @@ class ServiceBase:
 
     def first_run(self, lease: Lease, execution: Execution) -> None:
         """Remembers the record a first delivery's acknowledgement wrote under `lease`."""
+        if len(execution.input) > FIRST_RUN_INPUT_LIMIT:
+            return
         self.first_runs[execution.id] = FirstRun(lease, execution)
-        if len(self.first_runs) > LIVE_REMEMBERED:
+        if len(self.first_runs) > FIRST_RUNS_REMEMBERED:
             self.first_runs.popitem(last=False)
 
     def ended(self, execution_id: str, record: Execution | None = None) -> None:
