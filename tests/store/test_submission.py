@@ -119,13 +119,14 @@ async def test_load_submission_of_an_unknown_execution_is_not_found(store: Store
         await _load(store, "missing-execution", Lease(dispatch_id="d", attempt=1))
 
 
-async def test_renew_lease_moves_locked_at_only_for_the_owner(store: Store) -> None:
+async def test_lock_execution_renews_the_lease_only_for_the_owner(store: Store) -> None:
     created = await seed_execution(store)
     lease = await _lease_of(store, created.id)
 
     async with store.transaction(created.id) as tx:
-        stale = await tx.renew_lease(created.id, Lease(lease.dispatch_id, lease.attempt + 1), LATER)
-        owner = await tx.renew_lease(created.id, lease, LATER)
+        other = Lease(lease.dispatch_id, lease.attempt + 1)
+        stale = (await tx.lock_execution(created.id, other, LATER)).lease_live
+        owner = (await tx.lock_execution(created.id, lease, LATER)).lease_live
         renewed = await tx.get_dispatch(lease.dispatch_id)
 
     assert (stale, owner) == (False, True)

@@ -68,7 +68,7 @@ class StepUseCases(ServiceBase):
         request: StepRequest,
         outcomes: Sequence[Carried] = (),
     ) -> StepDecision:
-        key = StepKey(request.kind, request.target, request.args_hash)
+        key = _key(request)
         # Cached: a store that looks the step up by id and this use case ask for the same one.
         step_id_for = cache(
             partial(
@@ -173,7 +173,7 @@ class StepUseCases(ServiceBase):
         if execution.status is ExecutionStatus.BLOCKED:
             return StepDecision(Decision.EXECUTION_BLOCKED), execution
         step = _new_step(execution.id, step_id, occurrence, request, batch)
-        key = StepKey(request.kind, request.target, request.args_hash)
+        key = _key(request)
         if request.idempotency is Idempotency.AT_MOST_ONCE and await tx.has_indeterminate_step(
             execution.id, key
         ):

@@ -240,11 +240,6 @@ class Transaction(Protocol):
 
     async def spent_tokens(self, execution_id: str) -> int: ...
 
-    async def renew_lease(self, execution_id: str, lease: Lease, now: datetime) -> bool:
-        """Strong check and renewal in one: `locked_at = now` when the lease owns the live
-        dispatch. Returns whether it did."""
-        ...
-
     async def take_rate_token(
         self, key: str, max_calls: int, window_seconds: float, now: datetime
     ) -> float | None:

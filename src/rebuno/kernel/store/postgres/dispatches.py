@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from rebuno.kernel.domain.records import Dispatch, Lease
+from rebuno.kernel.domain.records import Dispatch
 from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.kernel.store.postgres import agents, executions
 from rebuno.kernel.store.postgres.connection import Executor
@@ -29,12 +29,6 @@ COLUMNS = (
 WIDTH = 10
 
 _GET = f"SELECT {COLUMNS} FROM dispatches d WHERE d.id = %s"
-_RENEW = """
-    UPDATE dispatches SET locked_at = %(now)s
-    WHERE id = %(dispatch_id)s AND execution_id = %(execution_id)s AND attempt = %(attempt)s
-        AND status = 'in_flight'
-    RETURNING 1
-"""
 _CLAIM = f"""
     WITH due AS (
         SELECT id FROM dispatches
@@ -90,24 +84,10 @@ def from_row(row: Sequence[Any]) -> Dispatch:
     )
 
 
-def lease_params(execution_id: str, lease: Lease, now: datetime) -> dict[str, Any]:
-    return {
-        "now": now,
-        "dispatch_id": lease.dispatch_id,
-        "execution_id": execution_id,
-        "attempt": lease.attempt,
-    }
-
-
 async def get(conn: Executor, dispatch_id: str) -> Dispatch | None:
     cur = await conn.execute(_GET, (dispatch_id,))
     row = await cur.fetchone()
     return None if row is None else from_row(row)
-
-
-async def renew_lease(conn: Executor, execution_id: str, lease: Lease, now: datetime) -> bool:
-    cur = await conn.execute(_RENEW, lease_params(execution_id, lease, now))
-    return await cur.fetchone() is not None
 
 
 async def claim(

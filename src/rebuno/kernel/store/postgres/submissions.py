@@ -108,7 +108,10 @@ async def lock_execution(
 ) -> Locked:
     """`lock`: the execution's advisory-lock key, or None when the transaction holds it. When
     outcomes are `wanted` (with a lease), their statement goes in the same round trip."""
-    dispatch_id, attempt = (None, None) if lease is None else (lease.dispatch_id, lease.attempt)
+    dispatch_id: str | None = None
+    attempt: int | None = None
+    if lease is not None and now is not None:  # a lease is renewed at `now`, or not at all
+        dispatch_id, attempt = lease.dispatch_id, lease.attempt
     statements: list[tuple[str, Params]] = [
         (_LOCK_EXECUTION, (lock, execution_id, dispatch_id, attempt, now))
     ]

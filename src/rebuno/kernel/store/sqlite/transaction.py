@@ -130,9 +130,6 @@ class SqliteTransaction:
     async def spent_tokens(self, execution_id: str) -> int:
         return self._run(steps.spent_tokens, execution_id)
 
-    async def renew_lease(self, execution_id: str, lease: Lease, now: datetime) -> bool:
-        return self._run(dispatches.renew_lease, execution_id, lease, now)
-
     async def take_rate_token(
         self, key: str, max_calls: int, window_seconds: float, now: datetime
     ) -> float | None:
