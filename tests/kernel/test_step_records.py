@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from rebuno.kernel.domain.decision import StepOutcome, StepRecord
 from rebuno.kernel.domain.records import Agent, Dispatch, Execution
 from rebuno.kernel.service.dispatches import offered
-from rebuno.kernel.store.base import ClaimedDispatch
+from rebuno.kernel.service.steps import wanted_by
+from rebuno.kernel.store.base import ClaimedDispatch, StepKey
 from rebuno.protocol.enums import Decision, DispatchStatus, ExecutionStatus, StepKind, StepStatus
 from rebuno.protocol.extensions import STEP_COMPLETIONS, STEP_RECORDS
 from tests.kernel.conftest import AGENT, Run, redeliver, request
@@ -35,6 +36,23 @@ async def test_reported_steps_take_successive_occurrences_of_their_key(run: Run)
         (0, StepStatus.SUCCEEDED, '{"ok":true}'),
     ]
     assert (await run.event_types())[-13:] == [*STEP_EVENTS * 3, "execution.completed"]
+
+
+async def test_an_end_stores_no_occurrences_and_a_heartbeat_does(run: Run) -> None:
+    """The occurrences a request's reports reach are kept for the rest of its attempt; the
+    request that ends the run retires the attempt, so it keeps none."""
+    beat, ended = (report(1),), (report(2), report(2))
+
+    await run.kernel.heartbeat(run.execution_id, AGENT, run.lease, beat)
+    await run.kernel.complete_execution(run.execution_id, AGENT, run.lease, "null", ended)
+
+    async with run.kernel.store.transaction(run.execution_id) as tx:
+        kept = await tx.load_outcomes(
+            run.execution_id, run.lease.dispatch_id, wanted_by((*beat, *ended))
+        )
+    first = beat[0].request
+    assert kept.consumed == {StepKey(first.kind, first.target, first.args_hash): 0}
+    assert len(await run.kernel.list_steps(run.execution_id, None)) == 3
 
 
 async def test_a_submission_continues_after_the_steps_its_request_reported(run: Run) -> None:

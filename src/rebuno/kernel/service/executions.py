@@ -294,7 +294,9 @@ async def finish_execution(
     when the caller read it). Returns the record as written."""
     batch = EventBatch(execution, now)
     execution = mark_started(execution, batch)
-    await apply_outcomes(tx, execution.id, dispatch_id, outcomes, batch, recorded=recorded)
+    await apply_outcomes(
+        tx, execution.id, dispatch_id, outcomes, batch, recorded=recorded, counting=False
+    )
     if status is ExecutionStatus.COMPLETED:
         done = transition(execution, status, now, output=output or "null")
         batch.execution(EventType.EXECUTION_COMPLETED, done, output=Raw(done.output or "null"))

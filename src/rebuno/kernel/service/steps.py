@@ -423,6 +423,8 @@ async def apply_outcomes(
     batch: EventBatch,
     loaded: Sequence[Step] | None = None,
     recorded: Outcomes | None = None,
+    *,
+    counting: bool = True,
 ) -> dict[StepKey, int]:
     """Records what an agent's request carries before its own business, in order: completions
     (`step-completions`) and steps that ran before they were submitted (`step-records`).
@@ -433,7 +435,9 @@ async def apply_outcomes(
     a completion would have written; one already recorded under that id is kept as it is.
     Returns the occurrence each reported key reached, which a submission in the same request
     continues from. `loaded`: the carried completions' steps, read already; `recorded`: what
-    `wanted_by(outcomes)` loaded, read already."""
+    `wanted_by(outcomes)` loaded, read already. Without `counting`, the occurrences reached are
+    not stored: for a request that ends the run, whose dispatch retires with it, they would
+    be written for nothing: most of the writes of a long run's end."""
     if not outcomes:
         return {}
     if recorded is None:
@@ -466,8 +470,9 @@ async def apply_outcomes(
         done = _record_outcome(step, outcome.result, outcome.error, batch)
         await tx.update_step(done)
         found[step.step_id] = done
-    for key, occurrence in consumed.items():
-        await tx.set_occurrence(dispatch_id, key, occurrence)
+    if counting:
+        for key, occurrence in consumed.items():
+            await tx.set_occurrence(dispatch_id, key, occurrence)
     return consumed
 
 
