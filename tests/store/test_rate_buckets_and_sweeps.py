@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.store.base import Store
+from rebuno.kernel.store.base import Store, Wanted
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus
 from tests.store.builders import (
     KEY,
@@ -129,6 +129,8 @@ async def test_retention_deletes_old_terminal_executions_with_their_children(
     assert await store.list_approvals(None, old.id) == []
     async with store.transaction() as tx:
         assert await tx.get_dispatch(queued.id) is None
+        counted = await tx.load_outcomes(old.id, queued.id, Wanted({KEY: 1}, ()))
+    assert counted.consumed == {}
 
 
 async def test_retention_keeps_live_and_recent_executions(store: Store) -> None:

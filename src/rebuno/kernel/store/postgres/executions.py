@@ -33,12 +33,26 @@ _OVERDUE = """
     WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s
     ORDER BY deadline_at, id LIMIT %s
 """
+# The children go in the same statement: only approvals still cascade (008_hot_path_keys).
 _DELETE_TERMINAL = f"""
-    DELETE FROM executions WHERE id IN (
-        SELECT id FROM executions
-        WHERE status IN {TERMINAL} AND updated_at < %s
-        LIMIT %s FOR UPDATE SKIP LOCKED
+    WITH gone AS (
+        DELETE FROM executions WHERE id IN (
+            SELECT id FROM executions
+            WHERE status IN {TERMINAL} AND updated_at < %(cutoff)s
+            LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        )
+        RETURNING id
+    ), dispatches_gone AS (
+        DELETE FROM dispatches WHERE execution_id IN (SELECT id FROM gone) RETURNING id
+    ), counters_gone AS (
+        DELETE FROM dispatch_step_counters
+        WHERE dispatch_id IN (SELECT id FROM dispatches_gone)
+    ), events_gone AS (
+        DELETE FROM events WHERE execution_id IN (SELECT id FROM gone)
+    ), steps_gone AS (
+        DELETE FROM steps WHERE execution_id IN (SELECT id FROM gone)
     )
+    SELECT count(*) FROM gone
 """
 
 
@@ -96,6 +110,8 @@ async def list_overdue(conn: Executor, now: datetime, limit: int) -> list[str]:
 
 
 async def delete_terminal_before(conn: Executor, cutoff: datetime, limit: int) -> int:
-    """Deletes up to `limit` terminal executions (their children cascade); how many."""
-    cur = await conn.execute(_DELETE_TERMINAL, (cutoff, limit))
-    return cur.rowcount
+    """Deletes up to `limit` terminal executions with their children; how many."""
+    cur = await conn.execute(_DELETE_TERMINAL, {"cutoff": cutoff, "limit": limit})
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
