@@ -25,8 +25,10 @@ MIB = 1024.0
 
 
 def warm_up(current: Rig, ctx: Context, steps: int, clients: int = 1) -> None:
-    """Executions that are not measured: first connections, imports, caches."""
-    count = max(ctx.sizes.warmup, clients)
+    """Executions that are not measured: first connections, imports, caches. `warmup` per
+    client, so that with many clients the kernel's pool has grown and every connection has
+    prepared its statements before anything is measured."""
+    count = ctx.sizes.warmup * clients
     timeout = ctx.sizes.wait_timeout
     asyncio.run(concurrent(current.kernel.url, current.token, clients, count, steps, timeout))
 
