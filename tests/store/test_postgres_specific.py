@@ -25,6 +25,7 @@ from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.base import Stale, Unchanged
 from rebuno.kernel.store.postgres import PostgresStore
 from rebuno.kernel.store.postgres.migrations import available
+from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
 from rebuno.protocol.enums import ExecutionStatus
 from tests.store.builders import dispatch, event, seed_dispatch, seed_execution
 from tests.support import START, wait_until
@@ -51,6 +52,28 @@ async def _query(url: str, statement: str) -> list[tuple[object, ...]]:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute(statement.encode())
         return await cur.fetchall() if cur.description else []
+
+
+# -- the pool ------------------------------------------------------------------------------
+async def test_the_pool_hands_out_the_connection_returned_last(postgres_url: str) -> None:
+    """Sequential use stays on one warm backend while the others idle (a queue would take
+    each in turn)."""
+    pool = MostRecentFirstPool(postgres_url, min_size=3, max_size=3, open=False)
+    await pool.open(wait=True)
+    try:
+        async with pool.connection() as first, pool.connection() as second:
+            pids = {first.info.backend_pid, second.info.backend_pid}
+        async with pool.connection() as held:
+            last = held.info.backend_pid
+        assert last in pids
+        for _ in range(4):
+            async with pool.connection() as again:
+                assert again.info.backend_pid == last
+        async with pool.connection() as busy, pool.connection() as other:
+            assert busy.info.backend_pid == last
+            assert other.info.backend_pid != last
+    finally:
+        await pool.close()
 
 
 # -- migrations ----------------------------------------------------------------------------

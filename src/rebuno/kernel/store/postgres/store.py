@@ -38,6 +38,7 @@ from rebuno.kernel.store.postgres import (
 )
 from rebuno.kernel.store.postgres.connection import Connection, lock_key, translated
 from rebuno.kernel.store.postgres.listener import DispatchListener
+from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
 from rebuno.kernel.store.postgres.transaction import (
     PostgresTransaction,
     batched,
@@ -81,7 +82,7 @@ class PostgresStore:
         if self._pool is not None:
             return
         await self._migrate()
-        pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+        pool: AsyncConnectionPool[Connection] = MostRecentFirstPool(
             self._server.conninfo,
             min_size=self._min_size,
             max_size=self._max_size,
