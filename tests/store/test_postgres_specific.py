@@ -18,16 +18,17 @@ from dataclasses import replace
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+import orjson
 import psycopg
 import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.base import Stale, Unchanged
-from rebuno.kernel.store.postgres import PostgresStore
+from rebuno.kernel.store.postgres import PostgresStore, writes
 from rebuno.kernel.store.postgres.migrations import available
 from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
 from rebuno.protocol.enums import ExecutionStatus
-from tests.store.builders import dispatch, event, seed_dispatch, seed_execution
+from tests.store.builders import dispatch, event, seed_dispatch, seed_execution, step
 from tests.support import START, wait_until
 
 pytestmark = pytest.mark.postgres
@@ -144,6 +145,25 @@ async def test_apply_refuses_an_unknown_operation_and_writes_nothing_of_the_batc
 
     try:
         assert await store.list_events(created.id, 0, 10) == []
+    finally:
+        await store.close()
+
+
+async def test_apply_still_takes_the_single_step_insert_of_an_older_kernel(
+    postgres_url: str,
+) -> None:
+    """During a rolling deploy a replica not yet upgraded sends `insert_step` (before 009)."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    created = await seed_execution(store)
+    recorded = step(created.id)
+    single = ["insert_step", *writes.insert_step(recorded)[1][0]]
+
+    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+        await conn.execute("SELECT rebuno_apply(%s::jsonb)", (orjson.dumps([single]).decode(),))
+
+    try:
+        assert await store.get_step(recorded.step_id) == recorded
     finally:
         await store.close()
 

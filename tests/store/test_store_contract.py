@@ -12,7 +12,16 @@ import pytest
 from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, NotFound
 from rebuno.kernel.store.base import ExecutionFilter, StepKey, Store
 from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
-from tests.store.builders import KEY, event, hex_id, seed_execution, seed_step, step
+from tests.store.builders import (
+    KEY,
+    event,
+    execution,
+    hex_id,
+    seed_agent,
+    seed_execution,
+    seed_step,
+    step,
+)
 from tests.support import START
 
 RAW = '{"x":1.0,"z":12345678901234567890}'
@@ -159,6 +168,33 @@ async def test_exception_in_a_transaction_rolls_back_every_write(store: Store) -
     assert await store.list_events(created.id, 0, 10) == []
     assert await store.list_steps(created.id, None) == []
     assert (await store.get_execution(created.id)).last_event_seq == 0
+
+
+async def test_writes_of_one_transaction_land_in_the_order_they_were_made(store: Store) -> None:
+    """Steps inserted one after another, an update between them, and an execution updated in
+    the transaction that inserted it: each reads back as last written."""
+    await seed_agent(store)
+    created = execution(status=ExecutionStatus.PENDING)
+    first, second, third = (step(created.id, n, proposed_seq=n + 1) for n in range(3))
+    async with store.transaction(created.id) as tx:
+        await tx.insert_execution(created)
+        await tx.append_events([event(created.id, 1)])
+        await tx.insert_step(first)
+        await tx.insert_step(second)
+        await tx.update_step(replace(first, status=StepStatus.SUCCEEDED, result="1"))
+        await tx.insert_step(third)
+        await tx.update_execution(
+            replace(created, status=ExecutionStatus.RUNNING, last_event_seq=1)
+        )
+
+    steps = await store.list_steps(created.id, None)
+    assert [(s.occurrence, s.status, s.result) for s in steps] == [
+        (0, StepStatus.SUCCEEDED, "1"),
+        (1, StepStatus.EXECUTING, None),
+        (2, StepStatus.EXECUTING, None),
+    ]
+    stored = await store.get_execution(created.id)
+    assert (stored.status, stored.last_event_seq) == (ExecutionStatus.RUNNING, 1)
 
 
 async def test_a_refused_write_rolls_back_the_whole_transaction(store: Store) -> None:

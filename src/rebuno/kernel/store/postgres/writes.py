@@ -1,5 +1,7 @@
-"""A transaction's writes, queued as operations of `rebuno_apply` (migrations 003, 005) and sent
-as one statement: the driver's cost is per statement, and a step writes five to seven rows.
+"""A transaction's writes, queued as operations of `rebuno_apply` (migrations 003, 005, 009) and
+sent as one statement: the driver's cost is per statement, and a step writes five to seven rows.
+Consecutive step inserts travel as one `insert_steps`, one INSERT for all of them; an update of
+an execution inserted in the same batch is folded into its insert.
 A transaction that inserts an execution sends them through `rebuno_apply_for_agent` (006), an
 optimistic one through `rebuno_apply_unchanged` (007).
 
@@ -40,7 +42,11 @@ class Writes:
         return bool(self._ops)
 
     def add(self, op: Op) -> None:
-        self._ops.append(op)
+        ops = self._ops
+        if op[0] == "insert_steps" and ops and ops[-1][0] == "insert_steps":
+            ops[-1][1].extend(op[1])
+        elif op[0] != "update_execution" or not _folded(ops, op):
+            ops.append(op)
 
     def take(self) -> str:
         """The queued operations as the argument of `rebuno_apply`; the queue is left empty."""
@@ -49,6 +55,23 @@ class Writes:
 
     def clear(self) -> None:
         self._ops.clear()
+
+
+_TERMINAL = frozenset(("completed", "failed", "cancelled"))
+
+
+def _folded(ops: list[Op], update: Op) -> bool:
+    """Writes `update` into the insert of its execution queued before it, if there is one: the
+    row is then written once. Not an update to a terminal status, which notifies on its own."""
+    if update[2] in _TERMINAL:
+        return False
+    for op in ops:
+        if op[0] == "insert_execution" and op[1] == update[1]:
+            op[5:8] = update[2:5]  # status, output, failure_reason
+            op[9] = update[5]  # updated_at
+            op[11] = update[6]  # last_event_seq
+            return True
+    return False
 
 
 def append_events(events: Sequence[Event]) -> Op:
@@ -60,23 +83,27 @@ def append_events(events: Sequence[Event]) -> Op:
 
 def insert_step(s: Step) -> Op:
     return [
-        "insert_step",
-        s.step_id,
-        s.execution_id,
-        s.kind.value,
-        s.target,
-        s.args_hash,
-        s.occurrence,
-        s.status.value,
-        s.idempotency.value,
-        s.args,
-        s.result,
-        s.error,
-        s.usage_input,
-        s.usage_output,
-        s.proposed_seq,
-        s.started_at,
-        s.completed_at,
+        "insert_steps",
+        [
+            [
+                s.step_id,
+                s.execution_id,
+                s.kind.value,
+                s.target,
+                s.args_hash,
+                s.occurrence,
+                s.status.value,
+                s.idempotency.value,
+                s.args,
+                s.result,
+                s.error,
+                s.usage_input,
+                s.usage_output,
+                s.proposed_seq,
+                s.started_at,
+                s.completed_at,
+            ]
+        ],
     ]
 
 
