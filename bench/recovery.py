@@ -17,6 +17,7 @@ from bench.outcome import Context, Outcome
 from bench.processes import AGENT_ID, poll
 from bench.rig import Rig, rig
 from bench.scenarios import warm_up
+from bench.stats import median
 from bench.workload import ExecutionFailed
 from rebuno import Client
 
@@ -103,7 +104,8 @@ def replay_cost(ctx: Context) -> Outcome:
     Besides the whole replay divided by n, the first replayed step and the mean of the others
     are reported apart: a fixed cost at the start of a replay shows there, not as a slope."""
     sizes, outcome = ctx.sizes, Outcome()
-    env = _kernel_env(ctx, attempts=sizes.reps + 5)
+    most = max(_replays_per_rep(sizes.e_min_replayed_steps, n) for n in sizes.e_histories)
+    env = _kernel_env(ctx, attempts=sizes.reps * most + 5)
     replays: dict[int, list[dict[str, float]]] = {}
     tenths: dict[str, list[float]] = {}
     outcome.details["E.per_step_us_by_tenth"] = tenths
@@ -111,11 +113,12 @@ def replay_cost(ctx: Context) -> Outcome:
         warm_up(current, ctx, sizes.a_steps)
         # Unmeasured: the warm-up executions never submit a step (`step-records`), so small
         # replays warm the submission path. PostgreSQL plans a statement afresh for its first
-        # five runs in each backend (then it keeps a generic plan), and the pool hands its
-        # connections out in turn: three replays of ten steps take every backend past that.
-        _history(current, ctx, sizes.a_steps, {}, reps=3)
+        # five runs in each backend (then it keeps a generic plan); the pool hands out the
+        # connection returned last, so the measured replays run on a backend past that.
+        _history(current, ctx, sizes.a_steps, {}, reps=3, per_rep=1)
         for steps in sizes.e_histories:
-            recorded, replays[steps] = _history(current, ctx, steps, tenths, sizes.reps)
+            per_rep = _replays_per_rep(sizes.e_min_replayed_steps, steps)
+            recorded, replays[steps] = _history(current, ctx, steps, tenths, sizes.reps, per_rep)
             outcome.add(f"E.record_per_step_{steps}", "us", [recorded])
             units = {"per_step": "us", "first_step": "ms", "rest_per_step": "us", "wait": "s"}
             for key, unit in units.items():
@@ -126,11 +129,24 @@ def replay_cost(ctx: Context) -> Outcome:
     return outcome
 
 
+def _replays_per_rep(min_steps: int, steps: int) -> int:
+    """Replays of a history of `steps` in one repetition: enough to replay `min_steps`. A
+    replay of ten steps lasts about 15 ms, and one burst of other work on the machine would
+    otherwise decide its figure."""
+    return max(1, -(-min_steps // steps))
+
+
 def _history(
-    current: Rig, ctx: Context, steps: int, tenths: dict[str, list[float]], reps: int
+    current: Rig,
+    ctx: Context,
+    steps: int,
+    tenths: dict[str, list[float]],
+    reps: int,
+    per_rep: int,
 ) -> tuple[float, list[dict[str, float]]]:
-    """Per-step microseconds of the first run, and the figures of each of `reps` replays; each
-    loop's per-step cost by tenths goes into `tenths`."""
+    """Per-step microseconds of the first run, and the figures of each of `reps` repetitions,
+    each the medians of its `per_rep` replays; each loop's per-step cost by tenths goes into
+    `tenths`."""
     sizes = ctx.sizes
     current.new_marks()
     execution_id = asyncio.run(_create(current, {"steps": steps, "hold": True}))
@@ -141,12 +157,15 @@ def _history(
     asyncio.run(_until_recorded(current, execution_id, steps, sizes.wait_timeout))
     replays = []
     for rep in range(reps):
-        current.agent.kill()
-        restarted = time.perf_counter()
-        current.start_agent()
-        loop = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.01)
-        replays.append(_replay_figures(loop, time.perf_counter() - restarted))
-        tenths[f"replay_{rep + 1}_{steps}"] = _per_step_tenths(loop)
+        figures = []
+        for again in range(per_rep):
+            current.agent.kill()
+            restarted = time.perf_counter()
+            current.start_agent()
+            loop = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.01)
+            figures.append(_replay_figures(loop, time.perf_counter() - restarted))
+            tenths[f"replay_{rep * per_rep + again + 1}_{steps}"] = _per_step_tenths(loop)
+        replays.append({key: median([f[key] for f in figures]) for key in figures[0]})
     asyncio.run(_cancel(current, execution_id))
     return first["elapsed_ns"] / 1000 / steps, replays
 

@@ -17,6 +17,9 @@ class Sizes:
     both stores fits in ten minutes on a 2-core machine; `--set b_executions=1000` runs
     1,000 in each repetition.
 
+    E replays each history until it has replayed `e_min_replayed_steps` steps in a
+    repetition (three replays of 10 steps, one of 1,000) and keeps the medians.
+
     `pg_workers` runs the PostgreSQL kernel as `rebuno server --workers N` (D then sums the
     supervisor and its workers). `step_records=0` runs the kernel with
     `REBUNO_STEP_RECORDS=false`, so every step is submitted before it runs."""
@@ -32,6 +35,7 @@ class Sizes:
     c_steps: int = 50
     c_crash_at: int = 26
     e_histories: tuple[int, ...] = (10, 1000, 10000)
+    e_min_replayed_steps: int = 30
     floor_commits: int = 500
     ref_steps: int = 500
     lease_seconds: int = 2
@@ -55,6 +59,7 @@ QUICK = Sizes(
     c_steps=6,
     c_crash_at=4,
     e_histories=(5, 20),
+    e_min_replayed_steps=1,
     floor_commits=20,
     ref_steps=20,
 )
