@@ -195,6 +195,15 @@ class PostgresTransaction:
                 await pipeline.aclose()
         await _end(self._conn)
 
+    def _lock_for_read(self) -> int | None:
+        """The lock key, handed to a read whose statement takes the lock itself; None when it
+        is queued already, or when writes are queued (they go after the lock, so it goes
+        first)."""
+        if self._writes:
+            return None
+        lock, self._lock = self._lock, None
+        return lock
+
     # -- reads under the lock ------------------------------------------------------------
     async def get_execution(self, execution_id: str) -> Execution:
         if self._lock is not None and not self._writes:  # the lock and the read in one call
@@ -208,11 +217,8 @@ class PostgresTransaction:
         now: datetime | None = None,
         wanted: Wanted = NOTHING_WANTED,
     ) -> Locked:
-        lock = None
-        if not self._writes:  # writes go after the lock: with some queued, it goes first
-            lock, self._lock = self._lock, None
         load = submissions.lock_execution
-        return await self._run(load, lock, execution_id, lease, now, wanted)
+        return await self._run(load, self._lock_for_read(), execution_id, lease, now, wanted)
 
     async def load_submission(
         self,
@@ -224,11 +230,10 @@ class PostgresTransaction:
         completing: Sequence[str] = (),
     ) -> Submission:
         # `step_id_for` is not needed: the statement finds the step by its unique key.
-        lock = None
-        if not self._writes:  # writes go after the lock: with some queued, it goes first
-            lock, self._lock = self._lock, None
         load = submissions.load
-        return await self._run(load, lock, execution_id, lease, key, now, completing)
+        return await self._run(
+            load, self._lock_for_read(), execution_id, lease, key, now, completing
+        )
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str

@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import sqlite3
 
-from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, KernelError, Unavailable
+from rebuno.kernel.domain.errors import (
+    Conflict,
+    ExecutionTerminal,
+    KernelError,
+    NotFound,
+    Unavailable,
+)
 
 
 class refusals:
     """Turns an integrity violation raised while writing `subject` (for example
-    `"execution 0190…"`) into the domain error it stands for.
+    `"execution 0190…"`) into the domain error it stands for. `missing`, when given, is what a
+    failed foreign key means for this write (`"agent a-1 not found"`): a `NotFound`.
 
     A plain class rather than a generator context manager: it wraps every write of every
     step, where a generator's setup costs more than the statement it guards."""
 
-    __slots__ = ("_subject",)
+    __slots__ = ("_missing", "_subject")
 
-    def __init__(self, subject: str) -> None:
+    def __init__(self, subject: str, missing: str = "") -> None:
         self._subject = subject
+        self._missing = missing
 
     def __enter__(self) -> None:
         return None
@@ -32,11 +40,13 @@ class refusals:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         if isinstance(exc, sqlite3.IntegrityError):
-            raise _refusal(exc, self._subject) from exc
+            raise _refusal(exc, self._subject, self._missing) from exc
 
 
-def _refusal(exc: sqlite3.IntegrityError, subject: str) -> KernelError:
+def _refusal(exc: sqlite3.IntegrityError, subject: str, missing: str) -> KernelError:
     text = str(exc)
+    if missing and text.startswith("FOREIGN KEY constraint failed"):
+        return NotFound(missing)
     if text.startswith("execution_terminal"):
         return ExecutionTerminal(f"{subject} is terminal; its status and outcome are final")
     if text.startswith("step_terminal"):

@@ -63,9 +63,8 @@ def get(conn: sqlite3.Connection, execution_id: str) -> Execution:
 
 
 def insert(conn: sqlite3.Connection, execution: Execution) -> None:
-    if conn.execute("SELECT 1 FROM agents WHERE id = ?", (execution.agent_id,)).fetchone() is None:
-        raise NotFound(f"agent {execution.agent_id} not found")
-    with refusals(f"execution {execution.id}"):
+    """Raises `NotFound` when the agent is not registered: its foreign key is the check."""
+    with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
             f"INSERT INTO executions ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (

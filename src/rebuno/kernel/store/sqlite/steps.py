@@ -59,18 +59,6 @@ def find_many(conn: sqlite3.Connection, execution_id: str, step_ids: Sequence[st
     return [to_record(row) for row in rows]
 
 
-def find_occurrences(
-    conn: sqlite3.Connection, execution_id: str, key: StepKey, first: int, last: int
-) -> list[Step]:
-    """The steps of this execution recorded under `key` at occurrences `first`..`last`."""
-    rows = conn.execute(
-        f"""SELECT {COLUMNS} FROM steps WHERE execution_id = ? AND kind = ? AND target = ?
-            AND args_hash = ? AND occurrence BETWEEN ? AND ?""",
-        (execution_id, key.kind.value, key.target, key.args_hash, first, last),
-    ).fetchall()
-    return [to_record(row) for row in rows]
-
-
 def insert(conn: sqlite3.Connection, step: Step) -> None:
     with refusals(f"step {step.step_id}"):
         conn.execute(

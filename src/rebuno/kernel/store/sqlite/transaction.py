@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
+from rebuno.kernel.domain import identity
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
 from rebuno.kernel.store.base import (
@@ -206,15 +207,19 @@ _LOCKED = f"""
 def _load_outcomes(
     conn: sqlite3.Connection, execution_id: str, dispatch_id: str, wanted: Wanted
 ) -> Outcomes:
+    """By primary key: the ids of the occurrences the reports are about to take are known
+    once the counters are read."""
     reports = wanted.reports
     consumed = dispatches.counters(conn, dispatch_id, list(reports)) if reports else {}
-    named = steps.find_many(conn, execution_id, wanted.step_ids) if wanted.step_ids else []
-    found = {step.step_id: step for step in named}
+    ids = list(wanted.step_ids)
     for key, count in reports.items():
         first = consumed.get(key, -1) + 1
-        for step in steps.find_occurrences(conn, execution_id, key, first, first + count - 1):
-            found[step.step_id] = step
-    return Outcomes(consumed=consumed, steps=list(found.values()))
+        ids.extend(
+            identity.step_id(execution_id, key.kind.value, key.target, key.args_hash, occurrence)
+            for occurrence in range(first, first + count)
+        )
+    found = steps.find_many(conn, execution_id, ids) if ids else []
+    return Outcomes(consumed=consumed, steps=found)
 
 
 def _load_submission(
