@@ -1,6 +1,7 @@
-"""Our protocol extensions `step-completions` and `step-records` over HTTP: completions and
-reported steps carried in the body of the next submission, heartbeat or execution complete;
-the grant answered in a header only to an agent that asks; malformed lists are refused."""
+"""Our protocol extensions `step-completions`, `step-records` and `step-occurrences` over HTTP:
+completions and reported steps carried in the body of the next submission, heartbeat or
+execution complete; the grant answered in a header only to an agent that asks; an agent's own
+occurrence read only when it names the extension; malformed lists and numbers are refused."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import AGENT, AgentClient, assert_error
 
 ASKING = {"Rebuno-Extensions": "step-records"}
+NUMBERING = {"Rebuno-Extensions": "step-occurrences"}
 REPORTED = {"kind": "local", "target": "roll", "args": {"sides": 6}, "result": 4}
 
 SEARCH = {"kind": "tool_call", "target": "web_search", "args": {"query": "durable agents"}}
@@ -106,3 +108,26 @@ async def test_malformed_reported_steps_are_refused(
         response = await leased.post(f"{base}/complete", {"output": 1, "completions": [item]})
         assert_error(response, 400, "validation_error")
     assert (await leased.post(f"{base}/heartbeat", [REPORTED])).status_code == 400
+
+
+async def test_an_occurrence_is_read_only_under_step_occurrences(
+    leased: AgentClient, client: httpx.AsyncClient, execution: Execution
+) -> None:
+    base = f"/v0/executions/{execution.id}/steps"
+    numbering = replace(leased, extra_headers=NUMBERING)
+
+    ignored = (await leased.post(base, {**SEARCH, "occurrence": 4})).json()
+    numbered = (await numbering.post(base, {**SEARCH, "occurrence": 4})).json()
+
+    assert ignored["decision"] == numbered["decision"] == "proceed"
+    steps = (await client.get(base)).json()
+    occurrences = {step["step_id"]: step["occurrence"] for step in steps}
+    assert occurrences == {ignored["step_id"]: 0, numbered["step_id"]: 4}
+
+
+async def test_a_malformed_occurrence_is_refused(leased: AgentClient, execution: Execution) -> None:
+    base = f"/v0/executions/{execution.id}/steps"
+    numbering = replace(leased, extra_headers=NUMBERING)
+    for occurrence in (-1, 1.5, "1", 2**31, True):
+        response = await numbering.post(base, {**SEARCH, "occurrence": occurrence})
+        assert_error(response, 400, "validation_error")

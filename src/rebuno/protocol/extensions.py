@@ -14,6 +14,15 @@ talk the standard protocol unchanged.
   `result` or `error`; a heartbeat may carry `completions` too. The agent asks again on each
   submission and heartbeat by sending the header; the kernel's answer carries the header back
   while the agent still has no policy, and the agent stops when it does not.
+- `step-occurrences`: offered with every delivery that is not offered `step-records`. The
+  agent numbers its own submissions: each carries `occurrence`, how many earlier submissions
+  of this delivery with the same kind, target and canonical args the kernel counted (§7.3:
+  answered `proceed`, `replay` or `denied`, or blocked on an approval). Having sent it once,
+  the agent sends it with every submission of the delivery. The kernel then needs no
+  occurrence counter to find a recorded step, so it answers a succeeded or failed one (R1,
+  R2) from one read, without a transaction. Such an answer does not renew the lease, so it is
+  given only while the lease was renewed within a third of the shortest lease period; past
+  that, the submission takes the ordinary way, which renews it.
 """
 
 from __future__ import annotations
@@ -23,8 +32,9 @@ from collections.abc import Mapping
 EXTENSIONS_HEADER = "Rebuno-Extensions"
 STEP_COMPLETIONS = "step-completions"
 STEP_RECORDS = "step-records"
+STEP_OCCURRENCES = "step-occurrences"
 OFFERED = (STEP_COMPLETIONS,)
-"""Offered with every delivery; `step-records` is added per delivery."""
+"""Offered with every delivery; `step-records` or `step-occurrences` is added per delivery."""
 
 
 def parse(value: str | None) -> frozenset[str]:

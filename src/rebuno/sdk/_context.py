@@ -18,6 +18,7 @@ from typing import Any, TypeVar, assert_never
 
 from pydantic import BaseModel
 
+from rebuno.protocol.canonical import args_hash, canonical_args
 from rebuno.protocol.enums import Decision, StepKind
 from rebuno.sdk._kernel import Carried, Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import (
@@ -45,6 +46,9 @@ CARRY_DELAY_SECONDS = 0.02
 MAX_CARRIED = 256
 
 _DECISIONS = {member.value: member for member in Decision}
+_COUNTED = frozenset({Decision.PROCEED, Decision.REPLAY, Decision.DENIED})
+_Key = tuple[str, str, str]
+"""A step's kind, target and hash of canonical args: what its occurrence counts."""
 
 _current: ContextVar[ExecutionContext | None] = ContextVar("rebuno_execution", default=None)
 _background: set[asyncio.Task[None]] = set()
@@ -71,6 +75,7 @@ class ExecutionContext:
         status: str = "running",
         carry_completions: bool = False,
         report_steps: bool = False,
+        number_steps: bool = False,
     ) -> None:
         self.id = execution_id
         self.agent_id = agent_id
@@ -88,6 +93,9 @@ class ExecutionContext:
         self._heartbeat_carries = report_steps
         self._reporting = report_steps
         """`step-records` holds: safe steps run first and are reported afterwards."""
+        self._occurrences: dict[_Key, int] | None = {} if number_steps else None
+        """`step-occurrences` holds: how many submissions of each key the kernel counted."""
+        self._numbering: dict[_Key, tuple[asyncio.Lock, list[int]]] = {}
         self._carried: list[Carried] = []
         self._carry_flush: asyncio.TimerHandle | None = None
         self._carried_at = 0.0
@@ -160,6 +168,11 @@ class ExecutionContext:
     async def _submit(self, kind: str, target: str, args: bytes, idempotency: str) -> StepDecision:
         # `args` is encoded before the completions are taken, so a refused value loses none.
         asked = self._reporting
+        completions = self.take_completions()
+        if self._occurrences is not None:
+            numbered = self._submit_numbered(kind, target, args, idempotency, completions)
+            decision, _ = await self._guard(numbered)
+            return decision
         send = self._kernel.submit_step(
             self.id,
             self._lease,
@@ -167,13 +180,51 @@ class ExecutionContext:
             target=target,
             args=args,
             idempotency=idempotency,
-            completions=self.take_completions(),
+            completions=completions,
             ask_records=asked,
         )
         decision, granted = await self._guard(send)
         if asked and not granted:
             self._reporting = False
         return decision
+
+    async def _submit_numbered(
+        self,
+        kind: str,
+        target: str,
+        args: bytes,
+        idempotency: str,
+        completions: list[Carried],
+    ) -> tuple[StepDecision, bool]:
+        """`step-occurrences`: the submission carries its own occurrence (§7.3), counted here
+        as the kernel would have. Submissions of one key go one at a time, as the kernel's
+        lock would have taken them, so two at once never claim the same occurrence."""
+        assert self._occurrences is not None
+        key = (kind, target, args_hash(canonical_args(args)))
+        lock, users = self._numbering.get(key) or self._numbering.setdefault(
+            key, (asyncio.Lock(), [0])
+        )
+        users[0] += 1
+        try:
+            async with lock:
+                occurrence = self._occurrences.get(key, 0)
+                answer = await self._kernel.submit_step(
+                    self.id,
+                    self._lease,
+                    kind=kind,
+                    target=target,
+                    args=args,
+                    idempotency=idempotency,
+                    completions=completions,
+                    occurrence=occurrence,
+                )
+                if _counted(answer[0]):
+                    self._occurrences[key] = occurrence + 1
+                return answer
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._numbering[key]
 
     async def _run_unsubmitted(
         self, kind: str, target: str, args: bytes, run: Callable[[], Any] | None
@@ -436,6 +487,14 @@ def _decision(decision: StepDecision) -> Decision:
     if known is None:
         raise RebunoError(f"unknown step decision {decision.decision!r}")
     return known
+
+
+def _counted(decision: StepDecision) -> bool:
+    """Whether the kernel counted a submission's occurrence (§7.3): it names a step and was
+    decided from it, or blocks on its approval."""
+    if not decision.step_id:
+        return False
+    return decision.approval_id is not None or decision.decision in _COUNTED
 
 
 def _replayed(decision: StepDecision, target: str) -> Any:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rebuno.protocol import signing
-from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, parse
+from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_OCCURRENCES, STEP_RECORDS, parse
 from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.types import Execution, StepDecision
 from rebuno.wire import Pool, Response
@@ -60,7 +60,6 @@ class Report:
 
 
 Carried = Completion | Report
-_ASK_RECORDS = (EXTENSIONS_HEADER, STEP_RECORDS)
 
 
 def encode_json(value: Any) -> bytes:
@@ -101,13 +100,19 @@ class KernelClient:
         idempotency: str,
         completions: list[Carried] | None = None,
         ask_records: bool = False,
+        occurrence: int | None = None,
     ) -> tuple[StepDecision, bool]:
         """Submit a step whose `args` are already encoded with `encode_json`. With
-        `ask_records`, also returns whether the kernel lets the `step-records` grant go on."""
-        fields = {"kind": kind, "target": target, "idempotency": idempotency}
+        `ask_records`, also returns whether the kernel lets the `step-records` grant go on.
+        An `occurrence` is sent under `step-occurrences`."""
+        fields: dict[str, Any] = {"kind": kind, "target": target, "idempotency": idempotency}
+        asked = STEP_RECORDS if ask_records else None
+        if occurrence is not None:
+            fields["occurrence"] = occurrence
+            asked = STEP_OCCURRENCES
         body = _body(fields, args=args, completions=_encoded(completions))
         path = f"/v0/executions/{segment(execution_id)}/steps"
-        response = await self._send("POST", path, body, lease, ask_records)
+        response = await self._send("POST", path, body, lease, asked)
         # Validation costs about what json.loads alone does here, so the model stays checked.
         return StepDecision.model_validate_json(response.body), _granted(response, ask_records)
 
@@ -139,7 +144,9 @@ class KernelClient:
         here. With `ask_records`, returns whether the grant goes on."""
         path = f"/v0/executions/{segment(execution_id)}/heartbeat"
         body = _body({}, completions=_encoded(completions)) if completions else b""
-        response = await self._send("POST", path, body, lease, ask_records)
+        response = await self._send(
+            "POST", path, body, lease, STEP_RECORDS if ask_records else None
+        )
         return _granted(response, ask_records)
 
     async def complete_execution(
@@ -170,13 +177,14 @@ class KernelClient:
         path: str,
         content: bytes = b"",
         lease: Lease | None = None,
-        ask_records: bool = False,
+        extension: str | None = None,
     ) -> Response:
+        """`extension`: the one of ours the request asks for or uses, if any."""
         pool = self._pool or self._open()
         target = pool.prefix + path
         headers = self._signed(method, target, content, lease)
-        if ask_records:
-            headers.append(_ASK_RECORDS)
+        if extension is not None:
+            headers.append((EXTENSIONS_HEADER, extension))
         return await send(pool, method, target, headers, content, path)
 
     def _signed(

@@ -21,7 +21,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from rebuno.protocol import extensions, signing
-from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_COMPLETIONS, STEP_RECORDS
+from rebuno.protocol.extensions import (
+    EXTENSIONS_HEADER,
+    STEP_COMPLETIONS,
+    STEP_OCCURRENCES,
+    STEP_RECORDS,
+)
 from rebuno.sdk._context import ExecutionContext, jsonable
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._kernel import KernelClient
@@ -200,6 +205,7 @@ class Agent:
             agent_id=self.agent_id,
             carry_completions=STEP_COMPLETIONS in delivery.extensions,
             report_steps=STEP_RECORDS in delivery.extensions,
+            number_steps=STEP_OCCURRENCES in delivery.extensions,
         )
         try:
             await self._run(context)

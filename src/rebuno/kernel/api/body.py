@@ -90,6 +90,20 @@ def integer_field(body: JsonObject, key: str) -> int:
     return int(value)
 
 
+MAX_OCCURRENCE = 2**31 - 1
+
+
+def occurrence_field(body: JsonObject) -> int | None:
+    """`step-occurrences`: the agent's own number for this submission, 0 or more; None when
+    absent or null."""
+    if body.get("occurrence") is None:
+        return None
+    occurrence = integer_field(body, "occurrence")
+    if not 0 <= occurrence <= MAX_OCCURRENCE:
+        raise ValidationFailed(f"validation error: occurrence must be from 0 to {MAX_OCCURRENCE}")
+    return occurrence
+
+
 def number_field(body: JsonObject, key: str) -> float | None:
     """A number member; None when absent or null."""
     value = body.get(key)

@@ -27,21 +27,23 @@ from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_executio
 from rebuno.kernel.store.base import ClaimedDispatch, Stale, Transaction, Unchanged
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 from rebuno.protocol.events import EventType
-from rebuno.protocol.extensions import OFFERED, STEP_RECORDS
+from rebuno.protocol.extensions import OFFERED, STEP_OCCURRENCES, STEP_RECORDS
 
 
 def offered(claimed: ClaimedDispatch, step_records: bool) -> tuple[str, ...]:
     """Our extensions this delivery may use. `step-records` lets the agent run steps before
     reporting them, so it is offered only where no step can have been recorded yet (the
     execution never started: §10.1 starts it with its first acknowledged delivery or step) and
-    no policy has to decide any step."""
+    no policy has to decide any step. Every other delivery is offered `step-occurrences`: the
+    agent's own numbering of its submissions only stays in step with the kernel's when no step
+    runs before it is submitted."""
     if (
         step_records
         and claimed.execution_status is ExecutionStatus.PENDING
         and not claimed.agent.policy_bundle
     ):
         return (*OFFERED, STEP_RECORDS)
-    return OFFERED
+    return (*OFFERED, STEP_OCCURRENCES)
 
 
 class DispatchUseCases(ServiceBase):

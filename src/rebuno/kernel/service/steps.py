@@ -11,6 +11,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import timedelta
 from functools import cache, partial
 
 from rebuno.kernel import metrics
@@ -44,6 +45,7 @@ from rebuno.kernel.store.base import (
 from rebuno.kernel.stream.bus import Delta
 from rebuno.protocol.enums import (
     Decision,
+    DispatchStatus,
     ExecutionStatus,
     Idempotency,
     PolicyAction,
@@ -54,6 +56,9 @@ from rebuno.protocol.events import EventType
 
 # Decisions that refer to a recorded step advance the occurrence counter (§7.3).
 _COUNTED = frozenset({Decision.PROCEED, Decision.REPLAY, Decision.DENIED})
+# Recorded outcomes a submission replays; no later write changes them.
+_REPLAYED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED})
+_SHORTEST_OWN_LEASE = timedelta(seconds=10)
 
 BUDGET_EXCEEDED = "execution_token_budget_exceeded"
 RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
@@ -67,7 +72,10 @@ class StepUseCases(ServiceBase):
         lease: Lease,
         request: StepRequest,
         outcomes: Sequence[Carried] = (),
+        occurrence: int | None = None,
     ) -> StepDecision:
+        """`occurrence`: the agent's own number for this submission (`step-occurrences`),
+        which replaces the dispatch's counter; None to count as §7.3 does."""
         key = _key(request)
         # Cached: a store that looks the step up by id and this use case ask for the same one.
         step_id_for = cache(
@@ -79,6 +87,13 @@ class StepUseCases(ServiceBase):
                 request.args_hash,
             )
         )
+        if occurrence is not None and not outcomes:
+            replayed = await self._replay_unlocked(
+                execution_id, agent_id, lease, step_id_for(occurrence)
+            )
+            if replayed is not None:
+                metrics.step_decided(request.kind, Decision.REPLAY)
+                return replayed
         woke = False
         async with self.transaction(execution_id) as tx:
             now = self.clock()
@@ -96,8 +111,10 @@ class StepUseCases(ServiceBase):
             reported = await apply_outcomes(
                 tx, execution_id, lease.dispatch_id, outcomes, batch, sub.completing
             )
-            if key in reported:
-                sub = await _after_reported(tx, sub, execution, reported[key] + 1, step_id_for)
+            if occurrence is not None:
+                sub = await _at_occurrence(tx, sub, execution, occurrence, step_id_for)
+            elif key in reported:
+                sub = await _at_occurrence(tx, sub, execution, reported[key] + 1, step_id_for)
             step_id = step_id_for(sub.occurrence)
             if sub.existing is not None:
                 decision = await self._decide_recorded(tx, sub.existing, request, batch)
@@ -117,6 +134,37 @@ class StepUseCases(ServiceBase):
             self.wake()
         metrics.step_decided(request.kind, decision.decision)
         return decision
+
+    async def _replay_unlocked(
+        self, execution_id: str, agent_id: str, lease: Lease, step_id: str
+    ) -> StepDecision | None:
+        """Rows R1 and R2 from one committed read, without the lock or a transaction: a step
+        that succeeded or failed never changes again, and the answer writes nothing but the
+        occurrence counter that `step-occurrences` makes unneeded. None when anything else
+        could be the answer (the step is not finished, the execution is not running, the
+        lease is not live) or the lease is due for renewal: the ordinary way decides those."""
+        loaded = await self.store.load_completion(execution_id, step_id, lease.dispatch_id)
+        execution, step, dispatch = loaded.execution, loaded.step, loaded.dispatch
+        check_owner(execution, agent_id)
+        if (
+            step is None
+            or step.status not in _REPLAYED
+            or execution.status is not ExecutionStatus.RUNNING
+            or dispatch is None
+            or dispatch.status is not DispatchStatus.IN_FLIGHT
+            or dispatch.attempt != lease.attempt
+            or dispatch.locked_at is None
+            or self.clock() - dispatch.locked_at >= self._renewal_due
+        ):
+            return None
+        if step.status is StepStatus.SUCCEEDED:
+            return StepDecision(Decision.REPLAY, step.step_id, result=step.result or "null")
+        return StepDecision(Decision.REPLAY, step.step_id, error=step.error or "{}")
+
+    @property
+    def _renewal_due(self) -> timedelta:
+        """A third of the shortest lease period (§12.3: an agent's own is at least 10 s)."""
+        return min(self.settings.dispatch_lease_timeout, _SHORTEST_OWN_LEASE) / 3
 
     async def _decide_recorded(
         self, tx: Transaction, step: Step, request: StepRequest, batch: EventBatch
@@ -371,15 +419,16 @@ class StepUseCases(ServiceBase):
         self.bus.publish(execution_id, Delta(step_id=step_id, seq=seq, data=data))
 
 
-async def _after_reported(
+async def _at_occurrence(
     tx: Transaction,
     sub: Submission,
     execution: Execution,
     occurrence: int,
     step_id_for: StepIdFn,
 ) -> Submission:
-    """The submission re-read past the steps of its own key that the same request reported."""
-    if occurrence <= sub.occurrence:
+    """The submission re-read at another occurrence than the counter's: past the steps of its
+    own key that the same request reported, or at the agent's own number."""
+    if occurrence == sub.occurrence:
         return sub
     existing = await tx.get_step(step_id_for(occurrence))
     bundle = sub.policy_bundle

@@ -339,6 +339,13 @@ class Store(Protocol):
 
     async def get_step(self, step_id: str) -> Step | None: ...
 
+    async def load_completion(
+        self, execution_id: str, step_id: str, dispatch_id: str
+    ) -> Completion:
+        """`Transaction.load_completion` as one committed read, without the execution lock.
+        Raises `NotFound` for an unknown execution."""
+        ...
+
     async def get_agent(self, agent_id: str) -> Agent: ...
 
     async def list_agents(self) -> list[Agent]: ...

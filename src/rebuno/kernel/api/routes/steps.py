@@ -16,6 +16,7 @@ from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
     NO_RESOURCES,
+    occurrence_field,
     parse_object,
     raw_field,
     reject_present,
@@ -29,7 +30,12 @@ from rebuno.kernel.domain.decision import StepDecision
 from rebuno.kernel.domain.records import Lease, RawJson
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.enums import StepStatus
-from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
+from rebuno.protocol.extensions import (
+    EXTENSIONS_HEADER,
+    STEP_OCCURRENCES,
+    STEP_RECORDS,
+    asks_for,
+)
 
 RecordOutcome = Callable[[str, str, str, Lease, RawJson], Awaitable[StepDecision]]
 CAPTURE_FIELDS = ("captures", "capture_failures")
@@ -77,8 +83,11 @@ class StepRoutes:
         target = execution_id(request)
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
+        occurrence = None
+        if asks_for(request.headers, STEP_OCCURRENCES):
+            occurrence = occurrence_field(body)
         decision = await self._kernel.submit_step(
-            target, caller.agent_id, lease, step_request(body), step_outcomes(body)
+            target, caller.agent_id, lease, step_request(body), step_outcomes(body), occurrence
         )
         response = json_response(render_decision(decision))
         if decision.policy_free and asks_for(request.headers, STEP_RECORDS):

@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
 from rebuno.kernel.pgserver import Server
-from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page, Unchanged
+from rebuno.kernel.store.base import ClaimedDispatch, Completion, ExecutionFilter, Page, Unchanged
 from rebuno.kernel.store.postgres import (
     agents,
     approvals,
@@ -35,6 +35,7 @@ from rebuno.kernel.store.postgres import (
     migrations,
     rate_buckets,
     steps,
+    submissions,
 )
 from rebuno.kernel.store.postgres.connection import Connection, lock_key, translated
 from rebuno.kernel.store.postgres.listener import DispatchListener
@@ -211,6 +212,11 @@ class PostgresStore:
 
     async def get_step(self, step_id: str) -> Step | None:
         return await self._read(steps.get, step_id)
+
+    async def load_completion(
+        self, execution_id: str, step_id: str, dispatch_id: str
+    ) -> Completion:
+        return await self._read(submissions.load_completion, execution_id, step_id, dispatch_id)
 
     async def get_agent(self, agent_id: str) -> Agent:
         return await self._read(agents.get, agent_id)

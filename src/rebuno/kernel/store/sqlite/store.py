@@ -30,7 +30,15 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
-from rebuno.kernel.store.base import ClaimedDispatch, ExecutionFilter, Page, Stale, Store, Unchanged
+from rebuno.kernel.store.base import (
+    ClaimedDispatch,
+    Completion,
+    ExecutionFilter,
+    Page,
+    Stale,
+    Store,
+    Unchanged,
+)
 from rebuno.kernel.store.sqlite import (
     agents,
     approvals,
@@ -42,7 +50,11 @@ from rebuno.kernel.store.sqlite import (
 )
 from rebuno.kernel.store.sqlite.errors import driver_errors
 from rebuno.kernel.store.sqlite.schema import apply_schema
-from rebuno.kernel.store.sqlite.transaction import SqliteTransaction, still_unchanged
+from rebuno.kernel.store.sqlite.transaction import (
+    SqliteTransaction,
+    load_completion,
+    still_unchanged,
+)
 from rebuno.protocol.enums import ApprovalStatus
 
 P = ParamSpec("P")
@@ -362,6 +374,11 @@ class SqliteStore:
 
     async def get_step(self, step_id: str) -> Step | None:
         return self._read(steps.find, step_id)
+
+    async def load_completion(
+        self, execution_id: str, step_id: str, dispatch_id: str
+    ) -> Completion:
+        return self._read(load_completion, execution_id, step_id, dispatch_id)
 
     async def get_agent(self, agent_id: str) -> Agent:
         return self._read(agents.get, agent_id)

@@ -96,7 +96,7 @@ class SqliteTransaction:
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str
     ) -> Completion:
-        return self._run(_load_completion, execution_id, step_id, dispatch_id)
+        return self._run(load_completion, execution_id, step_id, dispatch_id)
 
     async def get_step(self, step_id: str) -> Step | None:
         return self._run(steps.find, step_id)
@@ -261,9 +261,11 @@ _SUBMISSION = f"""
 """
 
 
-def _load_completion(
+def load_completion(
     conn: sqlite3.Connection, execution_id: str, step_id: str, dispatch_id: str
 ) -> Completion:
+    """Three reads, one snapshot: they run on the event loop thread with no await between
+    them, and every commit does too."""
     execution = executions.get(conn, execution_id)
     step = steps.find(conn, step_id)
     dispatch = dispatches.find(conn, dispatch_id)
