@@ -58,9 +58,13 @@ def payload(i: int, mark: bool = False) -> dict[str, Any]:
     return {"i": i, "payload": PAYLOAD}
 
 
-async def work(steps: int, mark: bool = False, hold: bool = False) -> dict[str, Any]:
-    """Runs `steps` durable steps. With `hold`, notes how long the loop took (a first run or a
-    replay) and then waits until the lease is lost, so the harness can force a re-dispatch."""
+async def work(
+    steps: int, mark: bool = False, hold: bool = False, gate: bool = False
+) -> dict[str, Any]:
+    """Runs `steps` durable steps. With `hold` or `gate`, notes how long the loop took (a first
+    run or a replay); then `hold` waits until the lease is lost, and `gate` runs local steps
+    named `gate` (one per earlier round, then a new one) until one waits for an approval: E's
+    agent has a policy that holds each for a person, so granting it re-dispatches the run."""
     started = time.perf_counter_ns()
     ends: list[int] = []
     last: Any = None
@@ -72,7 +76,7 @@ async def work(steps: int, mark: bool = False, hold: bool = False) -> dict[str, 
             await step("checkpoint", _nothing, idempotency="at_most_once")
         last = await step("work", payload, args={"i": i, "mark": mark})
         ends.append(time.perf_counter_ns())
-    if hold:
+    if hold or gate:
         context = execution()
         MARKS.write(
             ev="loop",
@@ -83,11 +87,15 @@ async def work(steps: int, mark: bool = False, hold: bool = False) -> dict[str, 
             first_ns=ends[0] - started if ends else 0,
             tenths_ns=_tenths(started, ends),
         )
+    if gate:
+        for rounds in itertools.count():
+            await step("gate", _nothing, args={"round": rounds})
+    if hold:
         await asyncio.Event().wait()
     return {"steps": steps, "last": last}
 
 
-def _nothing() -> None:
+def _nothing(**_: Any) -> None:
     return None
 
 

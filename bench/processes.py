@@ -108,16 +108,26 @@ class Kernel(Process):
     """A kernel on `store`, on a free loopback port, with the bench agent provisioned."""
 
     def __init__(
-        self, store: Store, workdir: Path, agent_port: int, env: Mapping[str, str]
+        self,
+        store: Store,
+        workdir: Path,
+        agent_port: int,
+        env: Mapping[str, str],
+        policy: str | None = None,
     ) -> None:
+        """`policy`: the agent's policy bundle, if it has one."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         manifest = workdir / "rebuno.yaml"
-        manifest.write_text(
+        entry = (
             f"agents:\n  - id: {AGENT_ID}\n"
             f"    webhook_url: http://127.0.0.1:{agent_port}/webhook\n"
             f"    secret: {SECRET}\n"
         )
+        if policy is not None:
+            (workdir / "policy.yaml").write_text(policy)
+            entry += "    policy_file: policy.yaml\n"
+        manifest.write_text(entry)
         mode = ["dev"] if store.name == "sqlite" else ["server", "--bearer-token", TOKEN]
         args = [sys.executable, "-m", "rebuno.cli.main", *mode, "--db-url", store.url]
         args += ["--listen-addr", f"127.0.0.1:{self.port}", "--config", str(manifest)]

@@ -1,6 +1,7 @@
-"""The scenarios that lose an agent on purpose: C (recovery after a SIGKILL inside a step) and
-E (the cost of replaying a recorded history, by size). Both run the kernel with a short lease
-(`sizes.lease_seconds`), so the execution of a dead agent is redelivered quickly.
+"""The scenarios that re-dispatch an execution on purpose: C (recovery after a SIGKILL inside a
+step, with a short lease, `sizes.lease_seconds`, so the execution of a dead agent is
+redelivered quickly) and E (the cost of replaying a recorded history, by size, each replay
+started by granting an approval, in the same agent process or in a new one).
 
 Imports only the bench's own modules, the public SDK and the standard library.
 """
@@ -17,15 +18,16 @@ from bench.outcome import Context, Outcome
 from bench.processes import AGENT_ID, poll
 from bench.rig import Rig, rig
 from bench.scenarios import warm_up
+from bench.sizes import Sizes
 from bench.stats import median
 from bench.workload import ExecutionFailed
 from rebuno import Client
 
 
-def _kernel_env(ctx: Context, attempts: int = 5) -> dict[str, str]:
+def _kernel_env(ctx: Context) -> dict[str, str]:
     return {
         "REBUNO_DISPATCH_LEASE_TIMEOUT": f"{ctx.sizes.lease_seconds}s",
-        "REBUNO_DISPATCH_MAX_ATTEMPTS": str(attempts),
+        "REBUNO_DISPATCH_MAX_ATTEMPTS": "5",
     }
 
 
@@ -83,56 +85,65 @@ async def _wait(current: Rig, execution_id: str, timeout: float) -> dict[str, An
     return {"updated_at": done.updated_at}
 
 
-async def _until_recorded(current: Rig, execution_id: str, steps: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    async with Client(current.kernel.url, current.token) as client:
-        while len(await client.list_steps(execution_id, status="terminal")) < steps:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"execution {execution_id}: {steps} steps not recorded")
-            await asyncio.sleep(0.02)
-
-
 async def _cancel(current: Rig, execution_id: str) -> None:
     async with Client(current.kernel.url, current.token) as client:
         await client.cancel(execution_id)
 
 
+GATE_POLICY = """\
+rules:
+  - id: gate
+    when: {step_kind: local, target: gate}
+    then: {decision: require_approval}
+default_action: allow
+"""
+"""E's agent: every step is allowed, but each `gate` step waits for a person."""
+WARM, FRESH = "replay", "fresh_replay"
+"""E's two ways into a replay: granting the approval to the agent process that asked for it,
+or to a new one started just before (the old one killed)."""
+
+
 def replay_cost(ctx: Context) -> Outcome:
-    """E: record a history of n steps, then force `reps` re-dispatches by killing the agent
-    while its handler holds after the last step; each new agent replays the whole history.
+    """E: record a history of n steps that ends at a step waiting for an approval; each grant
+    re-dispatches the execution, and the agent replays the whole history and stops at the
+    next such step. Replays alternate between the agent process that recorded (or last
+    replayed) the history and a new process started just before the grant.
 
     Besides the whole replay divided by n, the first replayed step and the mean of the others
     are reported apart: a fixed cost at the start of a replay shows there, not as a slope."""
     sizes, outcome = ctx.sizes, Outcome()
-    most = max(_replays_per_rep(sizes.e_min_replayed_steps, n) for n in sizes.e_histories)
-    env = _kernel_env(ctx, attempts=sizes.reps * most + 5)
-    replays: dict[int, list[dict[str, float]]] = {}
+    replays: dict[str, dict[int, list[dict[str, float]]]] = {WARM: {}, FRESH: {}}
     tenths: dict[str, list[float]] = {}
     outcome.details["E.per_step_us_by_tenth"] = tenths
-    with rig(ctx.store, ctx.workdir / "E", env, sizes) as current:
+    with rig(ctx.store, ctx.workdir / "E", {}, sizes, policy=GATE_POLICY) as current:
         warm_up(current, ctx, sizes.a_steps)
-        # Unmeasured: the warm-up executions never submit a step (`step-records`), so small
-        # replays warm the submission path. PostgreSQL plans a statement afresh for its first
-        # five runs in each backend (then it keeps a generic plan); the pool hands out the
-        # connection returned last, so the measured replays run on a backend past that.
+        # Unmeasured: the warm-up executions never replay a step. PostgreSQL plans a
+        # statement afresh for its first five runs in each backend (then it keeps a generic
+        # plan); the pool hands out the connection returned last, so the measured replays run
+        # on a backend past that.
         _history(current, ctx, sizes.a_steps, {}, reps=3, per_rep=1)
         for steps in sizes.e_histories:
             per_rep = _replays_per_rep(sizes.e_min_replayed_steps, steps)
-            recorded, replays[steps] = _history(current, ctx, steps, tenths, sizes.reps, per_rep)
+            recorded, by_way = _history(current, ctx, steps, tenths, sizes.reps, per_rep)
             outcome.add(f"E.record_per_step_{steps}", "us", [recorded])
             units = {"per_step": "us", "first_step": "ms", "rest_per_step": "us", "wait": "s"}
-            for key, unit in units.items():
-                outcome.add(f"E.replay_{key}_{steps}", unit, [rep[key] for rep in replays[steps]])
-    for key in ("per_step", "rest_per_step"):
-        spreads = [_spread([replays[n][rep][key] for n in replays]) for rep in range(sizes.reps)]
-        outcome.add(f"E.replay_{key}_spread", "%", spreads)
+            for way, reps in by_way.items():
+                replays[way][steps] = reps
+                for key, unit in units.items():
+                    outcome.add(f"E.{way}_{key}_{steps}", unit, [rep[key] for rep in reps])
+    for way, by_size in replays.items():
+        for key in ("per_step", "rest_per_step"):
+            spreads = [
+                _spread([by_size[n][rep][key] for n in by_size]) for rep in range(sizes.reps)
+            ]
+            outcome.add(f"E.{way}_{key}_spread", "%", spreads)
     return outcome
 
 
 def _replays_per_rep(min_steps: int, steps: int) -> int:
-    """Replays of a history of `steps` in one repetition: enough to replay `min_steps`. A
-    replay of ten steps lasts about 15 ms, and one burst of other work on the machine would
-    otherwise decide its figure."""
+    """Replays of a history of `steps` each way in one repetition: enough to replay
+    `min_steps`. A replay of ten steps lasts about 6 ms, and one burst of other work on the
+    machine would otherwise decide its figure."""
     return max(1, -(-min_steps // steps))
 
 
@@ -143,31 +154,56 @@ def _history(
     tenths: dict[str, list[float]],
     reps: int,
     per_rep: int,
-) -> tuple[float, list[dict[str, float]]]:
-    """Per-step microseconds of the first run, and the figures of each of `reps` repetitions,
-    each the medians of its `per_rep` replays; each loop's per-step cost by tenths goes into
-    `tenths`."""
+) -> tuple[float, dict[str, list[dict[str, float]]]]:
+    """Per-step microseconds of the first run, and each way's figures in each of `reps`
+    repetitions, each the medians of its `per_rep` replays; each loop's per-step cost by
+    tenths goes into `tenths`."""
     sizes = ctx.sizes
     current.new_marks()
-    execution_id = asyncio.run(_create(current, {"steps": steps, "hold": True}))
+    execution_id = asyncio.run(_create(current, {"steps": steps, "gate": True}))
     first = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.05)
     tenths[f"first_run_{steps}"] = _per_step_tenths(first)
-    # The SDK reports a first delivery's steps shortly after they ran (`step-records`): the
-    # history is whole only once the kernel has every step, and only then is it replayed.
-    asyncio.run(_until_recorded(current, execution_id, steps, sizes.wait_timeout))
-    replays = []
+    by_way: dict[str, list[dict[str, float]]] = {WARM: [], FRESH: []}
     for rep in range(reps):
-        figures = []
+        figures: dict[str, list[dict[str, float]]] = {WARM: [], FRESH: []}
         for again in range(per_rep):
-            current.agent.kill()
-            restarted = time.perf_counter()
-            current.start_agent()
-            loop = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.01)
-            figures.append(_replay_figures(loop, time.perf_counter() - restarted))
-            tenths[f"replay_{rep * per_rep + again + 1}_{steps}"] = _per_step_tenths(loop)
-        replays.append({key: median([f[key] for f in figures]) for key in figures[0]})
+            for way in (WARM, FRESH):
+                # The run stops at its next gate; its approval is what the grant answers.
+                approval = asyncio.run(_pending_approval(current, execution_id, sizes))
+                if way == FRESH:
+                    current.agent.kill()
+                    current.start_agent().wait_listening()
+                granted = time.perf_counter()
+                asyncio.run(_grant(current, approval))
+                loop = _next_loop(current, execution_id, sizes.wait_timeout + steps * 0.01)
+                figures[way].append(_replay_figures(loop, time.perf_counter() - granted))
+                tenths[f"{way}_{rep * per_rep + again + 1}_{steps}"] = _per_step_tenths(loop)
+        for way, found in figures.items():
+            by_way[way].append({key: median([f[key] for f in found]) for key in found[0]})
     asyncio.run(_cancel(current, execution_id))
-    return first["elapsed_ns"] / 1000 / steps, replays
+    return first["elapsed_ns"] / 1000 / steps, by_way
+
+
+async def _pending_approval(current: Rig, execution_id: str, sizes: Sizes) -> str:
+    """The id of the execution's pending approval, once there is one: the run asks for it
+    when it reaches its next gate, after every step before it was recorded."""
+    deadline = time.monotonic() + sizes.wait_timeout
+    async with Client(current.kernel.url, current.token) as client:
+        while not (pending := await client.list_approvals(execution_id=execution_id)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"execution {execution_id}: no approval asked for")
+            ended = await client.get(execution_id)
+            if ended.status.is_terminal:
+                raise ExecutionFailed(
+                    f"execution {execution_id} ended {ended.status}: {ended.failure_reason}"
+                )
+            await asyncio.sleep(0.005)
+    return pending[0].id
+
+
+async def _grant(current: Rig, approval_id: str) -> None:
+    async with Client(current.kernel.url, current.token) as client:
+        await client.grant_approval(approval_id, decided_by="bench")
 
 
 def _per_step_tenths(loop: dict[str, Any]) -> list[float]:

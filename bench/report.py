@@ -52,6 +52,8 @@ LABELS = {
     "D.cpu_sampler_per_step": "D harness sampler CPU per step",
     "E.replay_per_step_spread": "E replay per step, spread over sizes",
     "E.replay_rest_per_step_spread": "E replay per step after the first, spread",
+    "E.fresh_replay_per_step_spread": "E new process: replay per step, spread",
+    "E.fresh_replay_rest_per_step_spread": "E new process: per step after the first, spread",
     "F.dispatch_median": "F dispatch latency, median",
     "F.dispatch_p99": "F dispatch latency, p99",
     "floor.postgres_commit": "PostgreSQL INSERT+COMMIT, one client",
@@ -71,7 +73,11 @@ _PATTERNS = {
     "E.replay_per_step_": "E replay per step, {} steps",
     "E.replay_first_step_": "E replay, first step, {} steps",
     "E.replay_rest_per_step_": "E replay per step after the first, {} steps",
-    "E.replay_wait_": "E agent restart to replayed, {} steps",
+    "E.replay_wait_": "E grant to replayed, {} steps",
+    "E.fresh_replay_per_step_": "E new process: replay per step, {} steps",
+    "E.fresh_replay_first_step_": "E new process: first step, {} steps",
+    "E.fresh_replay_rest_per_step_": "E new process: per step after the first, {} steps",
+    "E.fresh_replay_wait_": "E new process: grant to replayed, {} steps",
 }
 _OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge}
 

@@ -60,11 +60,16 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(
-    store_name: str, workdir: Path, kernel_env: Mapping[str, str], sizes: Sizes
+    store_name: str,
+    workdir: Path,
+    kernel_env: Mapping[str, str],
+    sizes: Sizes,
+    policy: str | None = None,
 ) -> Iterator[Rig]:
-    """A kernel on a fresh `store_name` store and a listening agent; both stopped afterwards.
-    On PostgreSQL, `sizes.pg_workers` above 1 runs the kernel as that many worker processes;
-    `sizes.step_records` 0 turns the kernel's `step-records` extension off."""
+    """A kernel on a fresh `store_name` store and a listening agent (with `policy`, if any);
+    both stopped afterwards. On PostgreSQL, `sizes.pg_workers` above 1 runs the kernel as that
+    many worker processes; `sizes.step_records` 0 turns the kernel's `step-records` extension
+    off."""
     workdir.mkdir(parents=True, exist_ok=True)
     marks = workdir / "marks.jsonl"
     marks.touch()
@@ -74,7 +79,7 @@ def rig(
             kernel_env = {**kernel_env, "REBUNO_WORKERS": str(sizes.pg_workers)}
         if not sizes.step_records:
             kernel_env = {**kernel_env, "REBUNO_STEP_RECORDS": "false"}
-        kernel = Kernel(store, workdir, port, kernel_env)
+        kernel = Kernel(store, workdir, port, kernel_env, policy)
         try:
             agent = AgentProcess(kernel.url, port, marks, workdir / "agent-0.log")
             current = Rig(store, kernel, agent, workdir, port, marks)

@@ -10,15 +10,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    """How much work each scenario does. `lease_seconds` is the kernel's lease in C and E, so
-    a killed agent's execution is redelivered quickly; A, B and F run with the default.
+    """How much work each scenario does. `lease_seconds` is the kernel's lease in C, so a
+    killed agent's execution is redelivered quickly; the others run with the default.
 
     B's 1,000 executions are spread over its repetitions (334 each), so that a full run on
     both stores fits in ten minutes on a 2-core machine; `--set b_executions=1000` runs
     1,000 in each repetition.
 
-    E replays each history until it has replayed `e_min_replayed_steps` steps in a
-    repetition (three replays of 10 steps, one of 1,000) and keeps the medians.
+    E replays each history, each of its two ways, until it has replayed
+    `e_min_replayed_steps` steps in a repetition (three replays of 10 steps, one of 1,000)
+    and keeps the medians.
 
     `pg_workers` runs the PostgreSQL kernel as `rebuno server --workers N` (D then sums the
     supervisor and its workers). `step_records=0` runs the kernel with

@@ -21,6 +21,7 @@ FIGURES = (
     "C.recovery",
     "D.kernel_peak_rss_mib",
     "E.replay_per_step_spread",
+    "E.fresh_replay_per_step_spread",
     "F.dispatch_median",
 )
 DERIVED = ("A.step_in_reference", "A.span_marginal_scaled", "B.rate_in_reference")
