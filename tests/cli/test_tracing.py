@@ -113,6 +113,7 @@ class _Recorder:
         timeout_seconds: float,
         *,
         extensions: tuple[str, ...] = (),
+        carried: str | None = None,
     ) -> DeliveryOutcome:
         self.seen = dict(current_ids())
         return DeliveryOutcome(True)

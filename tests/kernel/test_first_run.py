@@ -5,6 +5,7 @@ test checks the outcome against what the ordinary way records."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import pytest
@@ -38,6 +39,7 @@ class Answering:
         timeout_seconds: float,
         *,
         extensions: tuple[str, ...] = (),
+        carried: str | None = None,
     ) -> DeliveryOutcome:
         self.delivered.append(execution_id)
         return DeliveryOutcome(ok=True)
@@ -91,6 +93,50 @@ async def test_an_acknowledgement_after_the_end_records_nothing(kernel: Kernel) 
 
     assert await run.event_types() == before
     assert (await run.execution()).status is ExecutionStatus.COMPLETED
+
+
+@dataclass
+class EndingFirst:
+    """A deliverer whose agent ends the run (with one report) before its acknowledgement
+    reaches the kernel, as a fast agent does when the webhook carries the input."""
+
+    kernel: Kernel
+    run: Run
+    ending: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def deliver(
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
+        carried: str | None = None,
+    ) -> DeliveryOutcome:
+        end = self.kernel.complete_execution(
+            execution_id, AGENT, self.run.lease, "null", (report(1, "1"),)
+        )
+        self.ending.append(asyncio.create_task(end))
+        for _ in range(20):  # the end gets as far as it can before the answer arrives
+            await asyncio.sleep(0)
+        assert not self.ending[0].done()
+        return DeliveryOutcome(ok=True)
+
+
+async def test_an_end_before_the_acknowledgement_is_recorded_waits_for_it(
+    kernel: Kernel,
+) -> None:
+    claim, run = await claimed(kernel)
+    agent = EndingFirst(kernel, run)
+
+    await kernel.deliver(claim, agent)
+    await agent.ending[0]
+
+    assert await run.event_types() == [*FIRST_EVENTS, *STEP_EVENTS, "execution.completed"]
+    assert (await run.execution()).status is ExecutionStatus.COMPLETED
+    assert run.execution_id not in kernel.acknowledging
 
 
 async def test_a_first_run_ends_with_its_reports_at_their_first_occurrences(

@@ -179,6 +179,7 @@ class _ObservedDeliverer:
         timeout_seconds: float,
         *,
         extensions: tuple[str, ...] = (),
+        carried: str | None = None,
     ) -> DeliveryOutcome:
         ids = {"execution_id": execution_id, **_dispatch_ids(body)}
         # Not reset afterwards: the dispatch loop runs each delivery in a task of its own, so
@@ -186,7 +187,13 @@ class _ObservedDeliverer:
         _IDS.set(ids)
         if self._tracer is None:
             return await self._inner.deliver(
-                url, secret, execution_id, body, timeout_seconds, extensions=extensions
+                url,
+                secret,
+                execution_id,
+                body,
+                timeout_seconds,
+                extensions=extensions,
+                carried=carried,
             )
         from opentelemetry.trace import SpanKind
 
@@ -195,7 +202,13 @@ class _ObservedDeliverer:
             "webhook delivery", kind=SpanKind.CLIENT, attributes=attributes
         ) as span:
             outcome = await self._inner.deliver(
-                url, secret, execution_id, body, timeout_seconds, extensions=extensions
+                url,
+                secret,
+                execution_id,
+                body,
+                timeout_seconds,
+                extensions=extensions,
+                carried=carried,
             )
             _finish_delivery_span(span, outcome)
             return outcome

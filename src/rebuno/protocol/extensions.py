@@ -23,16 +23,33 @@ talk the standard protocol unchanged.
   R2) from one read, without a transaction. Such an answer does not renew the lease, so it is
   given only while the lease was renewed within a third of the shortest lease period; past
   that, the submission takes the ordinary way, which renews it.
+- `execution-input`: offered with a delivery whose execution's input is at most
+  `MAX_CARRIED_INPUT` bytes of JSON. The webhook then also carries the execution's status and
+  input in `Rebuno-Execution` (`carried`), signed with the agent's secret over the webhook body
+  and that value in `Rebuno-Execution-Signature`, so the agent need not read the execution
+  before it runs the handler. The body stays the four fields §6 names.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Mapping
+from typing import Any
+
+from rebuno.protocol import signing
+from rebuno.protocol.enums import ExecutionStatus
 
 EXTENSIONS_HEADER = "Rebuno-Extensions"
 STEP_COMPLETIONS = "step-completions"
 STEP_RECORDS = "step-records"
 STEP_OCCURRENCES = "step-occurrences"
+EXECUTION_INPUT = "execution-input"
+EXECUTION_HEADER = "Rebuno-Execution"
+EXECUTION_SIGNATURE_HEADER = "Rebuno-Execution-Signature"
+_LIVE = frozenset(status.value for status in ExecutionStatus if not status.is_terminal)
+MAX_CARRIED_INPUT = 2048
+"""Bytes of input JSON a webhook carries at most (4 KiB of header once encoded, with room)."""
 OFFERED = (STEP_COMPLETIONS,)
 """Offered with every delivery; `step-records` or `step-occurrences` is added per delivery."""
 
@@ -47,3 +64,43 @@ def parse(value: str | None) -> frozenset[str]:
 def asks_for(headers: Mapping[str, str], name: str) -> bool:
     """Whether a request's `Rebuno-Extensions` header names `name`."""
     return name in parse(headers.get(EXTENSIONS_HEADER))
+
+
+def carried(status: str, input_json: str) -> str:
+    """The `Rebuno-Execution` value: `{"status", "input"}` as JSON, base64url without padding
+    (a header holds ASCII only). `input_json` is JSON text already."""
+    text = f'{{"status":{json.dumps(status)},"input":{input_json}}}'
+    return base64.urlsafe_b64encode(text.encode("utf-8")).rstrip(b"=").decode("ascii")
+
+
+def sign_carried(secret: str, body: bytes, value: str) -> str:
+    """The `Rebuno-Execution-Signature` value: the body scheme over the webhook body, a
+    newline and the `Rebuno-Execution` value, so neither can be swapped for another's."""
+    return signing.sign_body(secret, _carried_message(body, value))
+
+
+def read_carried(
+    secret: str, body: bytes, value: str | None, signature: str | None
+) -> tuple[str, Any] | None:
+    """The status and the decoded input a webhook carries, or None when it carries none, or
+    the signature does not match (constant-time), or the value does not decode to a live
+    status and an input."""
+    if not value or not signature or not value.isascii():
+        return None
+    if not signing.verify_body(secret, _carried_message(body, value), signature):
+        return None
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+    except ValueError:
+        return None
+    if (
+        not isinstance(decoded, dict)
+        or decoded.get("status") not in _LIVE
+        or "input" not in decoded
+    ):
+        return None
+    return decoded["status"], decoded["input"]
+
+
+def _carried_message(body: bytes, value: str) -> bytes:
+    return body + b"\n" + value.encode("ascii")

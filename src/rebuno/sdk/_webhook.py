@@ -27,6 +27,9 @@ class Delivery:
     lease: Lease
     extensions: frozenset[str] = frozenset()
     """Protocol extensions the kernel offered on this webhook (`Rebuno-Extensions`)."""
+    carried: tuple[str, Any] | None = None
+    """The execution's status and input, when the webhook carried them (`execution-input`)
+    under a valid signature."""
 
 
 def parse_delivery(body: bytes) -> Delivery | None:

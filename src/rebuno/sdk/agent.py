@@ -22,6 +22,9 @@ from typing import Any
 
 from rebuno.protocol import extensions, signing
 from rebuno.protocol.extensions import (
+    EXECUTION_HEADER,
+    EXECUTION_INPUT,
+    EXECUTION_SIGNATURE_HEADER,
     EXTENSIONS_HEADER,
     STEP_COMPLETIONS,
     STEP_OCCURRENCES,
@@ -175,7 +178,13 @@ class Agent:
         delivery = parse_delivery(body)
         if delivery is not None:
             offered = extensions.parse(_header(scope, EXTENSIONS_HEADER))
-            delivery = dataclasses.replace(delivery, extensions=offered)
+            carried = None
+            if EXECUTION_INPUT in offered:
+                # Unsigned or altered, it is ignored: the run reads the execution instead.
+                value = _header(scope, EXECUTION_HEADER)
+                signed = _header(scope, EXECUTION_SIGNATURE_HEADER)
+                carried = extensions.read_carried(self._secret, body, value, signed)
+            delivery = dataclasses.replace(delivery, extensions=offered, carried=carried)
         if delivery is None:
             await _respond(send, 400, {"error": "execution_id and dispatch_id are required"})
         elif self._handler is None:
@@ -208,21 +217,24 @@ class Agent:
             number_steps=STEP_OCCURRENCES in delivery.extensions,
         )
         try:
-            await self._run(context)
+            await self._run(context, delivery.carried)
         except asyncio.CancelledError:
             if not context.superseded:
                 raise
         except Exception:
             logger.exception("dispatch of execution_id=%s failed", delivery.execution_id)
 
-    async def _run(self, context: ExecutionContext) -> None:
-        execution = await self._kernel.get_execution(context.id)
-        if execution.status.is_terminal:
-            return
-        context.input, context.status = execution.input, execution.status.value
+    async def _run(self, context: ExecutionContext, carried: tuple[str, Any] | None) -> None:
+        """`carried`: the status and input the webhook carried, which spare reading them."""
+        if carried is None:
+            execution = await self._kernel.get_execution(context.id)
+            if execution.status.is_terminal:
+                return
+            carried = execution.status.value, execution.input
+        context.status, context.input = carried
         try:
             assert self._binder is not None
-            call = self._binder.bind(execution.input)
+            call = self._binder.bind(context.input)
         except _InputInvalid as exc:
             await self._finish(context, error=exc)
             return

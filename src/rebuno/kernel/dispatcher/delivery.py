@@ -11,7 +11,12 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
-from rebuno.protocol.extensions import EXTENSIONS_HEADER
+from rebuno.protocol.extensions import (
+    EXECUTION_HEADER,
+    EXECUTION_SIGNATURE_HEADER,
+    EXTENSIONS_HEADER,
+    sign_carried,
+)
 from rebuno.protocol.signing import EXECUTION_ID_HEADER, SIGNATURE_HEADER, sign_body
 from rebuno.wire import Pool, TransportError
 
@@ -36,6 +41,7 @@ class HttpDeliverer:
         timeout_seconds: float,
         *,
         extensions: tuple[str, ...] = (),
+        carried: str | None = None,
     ) -> DeliveryOutcome:
         headers = [
             ("Content-Type", "application/json"),
@@ -46,6 +52,9 @@ class HttpDeliverer:
             # Tells an agent of ours which of this kernel's own protocol extensions it may use
             # on this delivery; other SDKs ignore the header.
             headers.append((EXTENSIONS_HEADER, ", ".join(extensions)))
+        if carried is not None:
+            headers.append((EXECUTION_HEADER, carried))
+            headers.append((EXECUTION_SIGNATURE_HEADER, sign_carried(secret, body, carried)))
         try:
             pool, target = await self._pool_for(url, timeout_seconds)
             response = await pool.request("POST", target, headers, body)

@@ -34,7 +34,8 @@ def effective_lease(agent: Agent, default: timedelta) -> float:
 
 class Deliverer(Protocol):
     """POSTs one signed webhook; any 2xx is `ok`. Never raises for a delivery failure.
-    `extensions` names this kernel's own protocol extensions the delivery offers."""
+    `extensions` names this kernel's own protocol extensions the delivery offers; `carried`
+    is the `Rebuno-Execution` value (`execution-input`) to send and sign, if any."""
 
     async def deliver(
         self,
@@ -45,6 +46,7 @@ class Deliverer(Protocol):
         timeout_seconds: float,
         *,
         extensions: tuple[str, ...] = (),
+        carried: str | None = None,
     ) -> DeliveryOutcome: ...
 
 

@@ -44,6 +44,7 @@ def _noop() -> None:
     return None
 
 
+ACK_WAIT_SECONDS = 1.0
 LIVE_REMEMBERED = 65_536
 FIRST_RUNS_REMEMBERED = 16_384
 FIRST_RUN_INPUT_LIMIT = 4096
@@ -101,6 +102,11 @@ class ServiceBase:
         """Executions whose first delivery this process has just acknowledged (the newest
         `FIRST_RUNS_REMEMBERED`, inputs up to `FIRST_RUN_INPUT_LIMIT`), with the record it
         wrote: their completion is tried optimistically on that record."""
+        self.acknowledging: dict[str, asyncio.Event] = {}
+        """Executions whose first delivery this process is delivering, until the outcome is
+        recorded. An agent may end a short run before the kernel has recorded that it
+        acknowledged the webhook; the end then waits for that record (at most
+        `ACK_WAIT_SECONDS`), so both are written in their order, each optimistically."""
 
     @asynccontextmanager
     async def transaction(

@@ -27,7 +27,14 @@ from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_executio
 from rebuno.kernel.store.base import ClaimedDispatch, Stale, Transaction, Unchanged
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 from rebuno.protocol.events import EventType
-from rebuno.protocol.extensions import OFFERED, STEP_OCCURRENCES, STEP_RECORDS
+from rebuno.protocol.extensions import (
+    EXECUTION_INPUT,
+    MAX_CARRIED_INPUT,
+    OFFERED,
+    STEP_OCCURRENCES,
+    STEP_RECORDS,
+    carried,
+)
 
 
 def offered(claimed: ClaimedDispatch, step_records: bool) -> tuple[str, ...]:
@@ -62,14 +69,36 @@ class DispatchUseCases(ServiceBase):
             metrics.dispatch_exhausted()
             await self._exhaust(dispatch)
             return
+        if claimed.execution_status is not ExecutionStatus.PENDING:
+            await self._deliver(claimed, deliverer)
+            return
+        acknowledged = self.acknowledging[dispatch.execution_id] = asyncio.Event()
+        try:
+            await self._deliver(claimed, deliverer)
+        finally:
+            acknowledged.set()
+            if self.acknowledging.get(dispatch.execution_id) is acknowledged:
+                del self.acknowledging[dispatch.execution_id]
+
+    async def _deliver(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> None:
+        dispatch = claimed.dispatch
         lease = effective_lease(claimed.agent, self.settings.dispatch_lease_timeout)
+        extensions, carry = offered(claimed, self.settings.step_records), None
+        if len(claimed.execution.input.encode()) <= MAX_CARRIED_INPUT:
+            # The status the agent would read: its acknowledgement starts a pending execution.
+            status = claimed.execution_status
+            if status is ExecutionStatus.PENDING:
+                status = ExecutionStatus.RUNNING
+            extensions = (*extensions, EXECUTION_INPUT)
+            carry = carried(status.value, claimed.execution.input)
         outcome = await deliverer.deliver(
             claimed.agent.webhook_url,
             claimed.agent.secret,
             dispatch.execution_id,
             webhook_body(dispatch, lease),
             self.settings.dispatch_timeout.total_seconds(),
-            extensions=offered(claimed, self.settings.step_records),
+            extensions=extensions,
+            carried=carry,
         )
         metrics.delivery_attempted(outcome.ok)
         if outcome.ok:

@@ -19,6 +19,7 @@ from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
 from rebuno.kernel.service.base import (
+    ACK_WAIT_SECONDS,
     ServiceBase,
     Wake,
     flush,
@@ -215,6 +216,9 @@ class ExecutionUseCases(ServiceBase):
         """Terminal is checked before the lease (§5.2), then the strong lease check. A
         refusal rolls the transaction back, the lease's renewal with it. The end of a first
         run acknowledged here is tried optimistically first (see `_finish_first_run`)."""
+        if (acknowledging := self.acknowledging.get(execution_id)) is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(acknowledging.wait(), ACK_WAIT_SECONDS)
         first = self.first_runs.pop(execution_id, None)
         if first is not None and first.lease == lease:
             done = await self._finish_first_run(
