@@ -4,13 +4,14 @@ fixture (both backends), driven by a manual clock, and a harness for the agent's
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import pytest
 
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.decision import StepDecision, StepRequest
+from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.kernel.domain.records import Execution, Lease
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
@@ -105,3 +106,39 @@ async def run(kernel: Kernel) -> AsyncIterator[Run]:
     """An execution whose first dispatch has been claimed: the agent holds a live lease."""
     execution = await kernel.create_execution(AGENT, '{"topic":"x"}', None)
     yield Run(kernel, execution.id, await claim(kernel, execution.id))
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One webhook as an `Answering` deliverer received it."""
+
+    execution_id: str
+    body: bytes
+    extensions: tuple[str, ...]
+    carried: str | None
+
+
+@dataclass
+class Answering:
+    """A deliverer whose agent answers every webhook 2xx at once, keeping what it was sent.
+    `answer` runs before the answer is returned: what the agent does meanwhile."""
+
+    sent: list[Sent] = field(default_factory=list)
+
+    async def deliver(
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
+        carried: str | None = None,
+    ) -> DeliveryOutcome:
+        self.sent.append(Sent(execution_id, body, extensions, carried))
+        await self.answer(execution_id)
+        return DeliveryOutcome(ok=True)
+
+    async def answer(self, execution_id: str) -> None:
+        return None

@@ -4,9 +4,6 @@ the API as the standard protocol does."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.extensions import (
     EXECUTION_INPUT,
@@ -14,45 +11,24 @@ from rebuno.protocol.extensions import (
     read_carried,
     sign_carried,
 )
-from tests.kernel.conftest import AGENT
+from tests.kernel.conftest import AGENT, Answering, Sent
 
 
-@dataclass
-class Recording:
-    """A deliverer that answers 200 and keeps what each delivery offered and carried."""
-
-    sent: list[tuple[tuple[str, ...], str | None, bytes]] = field(default_factory=list)
-
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
-        self.sent.append((extensions, carried, body))
-        return DeliveryOutcome(ok=True)
-
-
-async def delivered(kernel: Kernel, input_json: str) -> tuple[tuple[str, ...], str | None, bytes]:
+async def delivered(kernel: Kernel, input_json: str) -> Sent:
     await kernel.create_execution(AGENT, input_json, None)
-    recording = Recording()
+    agent = Answering()
     for claimed in await kernel.claim(10):
-        await kernel.deliver(claimed, recording)
-    [sent] = recording.sent
+        await kernel.deliver(claimed, agent)
+    [sent] = agent.sent
     return sent
 
 
 async def test_a_small_input_travels_with_the_webhook(kernel: Kernel) -> None:
-    extensions, value, body = await delivered(kernel, '{"topic":"durable agents"}')
+    sent = await delivered(kernel, '{"topic":"durable agents"}')
 
-    assert EXECUTION_INPUT in extensions and value is not None
-    signature = sign_carried("s3cret", body, value)
-    assert read_carried("s3cret", body, value, signature) == (
+    assert EXECUTION_INPUT in sent.extensions and sent.carried is not None
+    signature = sign_carried("s3cret", sent.body, sent.carried)
+    assert read_carried("s3cret", sent.body, sent.carried, signature) == (
         "running",
         {"topic": "durable agents"},
     )
@@ -64,6 +40,6 @@ async def test_an_input_at_the_limit_travels_and_a_larger_one_does_not(kernel: K
 
     small, large = await delivered(kernel, at_limit), await delivered(kernel, over)
 
-    assert len(at_limit.encode()) == MAX_CARRIED_INPUT and small[1] is not None
+    assert len(at_limit.encode()) == MAX_CARRIED_INPUT and small.carried is not None
     assert len(over.encode()) == MAX_CARRIED_INPUT + 1
-    assert EXECUTION_INPUT not in large[0] and large[1] is None
+    assert EXECUTION_INPUT not in large.extensions and large.carried is None

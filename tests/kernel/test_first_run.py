@@ -10,39 +10,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
 from rebuno.kernel.service.base import FIRST_RUN_INPUT_LIMIT
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
-from tests.kernel.conftest import AGENT, Run, redeliver, request
+from tests.kernel.conftest import AGENT, Answering, Run, redeliver, request
 from tests.kernel.test_step_records import STEP_EVENTS, report
 from tests.support import ManualClock
 
 FIRST_EVENTS = ["execution.created", "dispatch.queued", "dispatch.acked", "execution.started"]
-
-
-@dataclass
-class Answering:
-    """A deliverer whose agent answers every webhook 2xx at once."""
-
-    delivered: list[str] = field(default_factory=list)
-
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
-        self.delivered.append(execution_id)
-        return DeliveryOutcome(ok=True)
 
 
 async def claimed(kernel: Kernel) -> tuple[ClaimedDispatch, Run]:
@@ -96,25 +74,16 @@ async def test_an_acknowledgement_after_the_end_records_nothing(kernel: Kernel) 
 
 
 @dataclass
-class EndingFirst:
-    """A deliverer whose agent ends the run (with one report) before its acknowledgement
-    reaches the kernel, as a fast agent does when the webhook carries the input."""
+class EndingFirst(Answering):
+    """An agent that ends the run (with one report) before its acknowledgement reaches the
+    kernel, as a fast agent does when the webhook carries the input."""
 
-    kernel: Kernel
-    run: Run
+    kernel: Kernel | None = None
+    run: Run | None = None
     ending: list[asyncio.Task[None]] = field(default_factory=list)
 
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
+    async def answer(self, execution_id: str) -> None:
+        assert self.kernel is not None and self.run is not None
         end = self.kernel.complete_execution(
             execution_id, AGENT, self.run.lease, "null", (report(1, "1"),)
         )
@@ -122,14 +91,13 @@ class EndingFirst:
         for _ in range(20):  # the end gets as far as it can before the answer arrives
             await asyncio.sleep(0)
         assert not self.ending[0].done()
-        return DeliveryOutcome(ok=True)
 
 
 async def test_an_end_before_the_acknowledgement_is_recorded_waits_for_it(
     kernel: Kernel,
 ) -> None:
     claim, run = await claimed(kernel)
-    agent = EndingFirst(kernel, run)
+    agent = EndingFirst(kernel=kernel, run=run)
 
     await kernel.deliver(claim, agent)
     await agent.ending[0]

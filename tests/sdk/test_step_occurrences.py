@@ -11,15 +11,8 @@ from itertools import count
 from rebuno import ToolError, step, tool
 from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
+from tests.sdk.test_agent import APPROVE_SEND
 from tests.support import wait_until
-
-APPROVE_SEND = """
-rules:
-  - id: gate-send
-    when: {step_kind: tool_call, target: send}
-    then: {decision: require_approval}
-default_action: allow
-"""
 
 
 async def test_identical_steps_at_once_replay_to_the_same_calls(harness: Harness) -> None:

@@ -185,31 +185,18 @@ class _ObservedDeliverer:
         # Not reset afterwards: the dispatch loop runs each delivery in a task of its own, so
         # the ids also label what the service logs about the outcome ("delivery failed").
         _IDS.set(ids)
+        delivery = self._inner.deliver(
+            url, secret, execution_id, body, timeout_seconds, extensions=extensions, carried=carried
+        )
         if self._tracer is None:
-            return await self._inner.deliver(
-                url,
-                secret,
-                execution_id,
-                body,
-                timeout_seconds,
-                extensions=extensions,
-                carried=carried,
-            )
+            return await delivery
         from opentelemetry.trace import SpanKind
 
         attributes = {"url.full": url, **ids}
         with self._tracer.start_as_current_span(
             "webhook delivery", kind=SpanKind.CLIENT, attributes=attributes
         ) as span:
-            outcome = await self._inner.deliver(
-                url,
-                secret,
-                execution_id,
-                body,
-                timeout_seconds,
-                extensions=extensions,
-                carried=carried,
-            )
+            outcome = await delivery
             _finish_delivery_span(span, outcome)
             return outcome
 

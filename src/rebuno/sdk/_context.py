@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from typing import Any, TypeVar, assert_never
 
 from pydantic import BaseModel
@@ -167,40 +168,33 @@ class ExecutionContext:
 
     async def _submit(self, kind: str, target: str, args: bytes, idempotency: str) -> StepDecision:
         # `args` is encoded before the completions are taken, so a refused value loses none.
-        asked = self._reporting
-        completions = self.take_completions()
-        if self._occurrences is not None:
-            numbered = self._submit_numbered(kind, target, args, idempotency, completions)
-            decision, _ = await self._guard(numbered)
-            return decision
-        send = self._kernel.submit_step(
+        send = partial(
+            self._kernel.submit_step,
             self.id,
             self._lease,
             kind=kind,
             target=target,
             args=args,
             idempotency=idempotency,
-            completions=completions,
-            ask_records=asked,
+            completions=self.take_completions(),
         )
-        decision, granted = await self._guard(send)
+        if self._occurrences is not None:
+            key = (kind, target, args_hash(canonical_args(args)))
+            decision, _ = await self._guard(self._submit_numbered(key, send))
+            return decision
+        asked = self._reporting
+        decision, granted = await self._guard(send(ask_records=asked))
         if asked and not granted:
             self._reporting = False
         return decision
 
     async def _submit_numbered(
-        self,
-        kind: str,
-        target: str,
-        args: bytes,
-        idempotency: str,
-        completions: list[Carried],
+        self, key: _Key, send: Callable[..., Awaitable[tuple[StepDecision, bool]]]
     ) -> tuple[StepDecision, bool]:
         """`step-occurrences`: the submission carries its own occurrence (§7.3), counted here
         as the kernel would have. Submissions of one key go one at a time, as the kernel's
         lock would have taken them, so two at once never claim the same occurrence."""
         assert self._occurrences is not None
-        key = (kind, target, args_hash(canonical_args(args)))
         lock, users = self._numbering.get(key) or self._numbering.setdefault(
             key, (asyncio.Lock(), [0])
         )
@@ -208,16 +202,7 @@ class ExecutionContext:
         try:
             async with lock:
                 occurrence = self._occurrences.get(key, 0)
-                answer = await self._kernel.submit_step(
-                    self.id,
-                    self._lease,
-                    kind=kind,
-                    target=target,
-                    args=args,
-                    idempotency=idempotency,
-                    completions=completions,
-                    occurrence=occurrence,
-                )
+                answer = await send(occurrence=occurrence)
                 if _counted(answer[0]):
                     self._occurrences[key] = occurrence + 1
                 return answer
