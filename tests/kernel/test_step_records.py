@@ -131,3 +131,4 @@ def test_only_a_first_delivery_without_policy_is_offered_step_records() -> None:
     assert offered(_claimed(ExecutionStatus.RUNNING, None), True) == numbered
     assert offered(_claimed(ExecutionStatus.PENDING, "rules: []"), True) == numbered
     assert offered(_claimed(ExecutionStatus.BLOCKED, None), True) == numbered
+    assert offered(_claimed(ExecutionStatus.RUNNING, None), True, False) == (STEP_COMPLETIONS,)

@@ -57,6 +57,8 @@ class Settings:
     accept_body_signatures: bool = True
     step_records: bool = True
     """Offer `step-records` (docs/extensions.md) on an execution's first delivery."""
+    step_occurrences: bool = True
+    """Offer `step-occurrences` (docs/extensions.md) on the other deliveries."""
     replica_id: str = field(default="")
     max_body_bytes: int = 10 * 1024 * 1024
     sse_keepalive: timedelta = timedelta(seconds=15)
@@ -204,6 +206,7 @@ _OPTIONS = (
     _Option("leader_lock_key", "REBUNO_LEADER_LOCK_KEY", _text),
     _Option("accept_body_signatures", "REBUNO_ACCEPT_BODY_SIGNATURES", _boolean),
     _Option("step_records", "REBUNO_STEP_RECORDS", _boolean),
+    _Option("step_occurrences", "REBUNO_STEP_OCCURRENCES", _boolean),
     _Option("sse_keepalive", "REBUNO_SSE_KEEPALIVE", _positive_duration),
     _Option("workers", "REBUNO_WORKERS", _positive_int),
 )

@@ -37,20 +37,24 @@ from rebuno.protocol.extensions import (
 )
 
 
-def offered(claimed: ClaimedDispatch, step_records: bool) -> tuple[str, ...]:
+def offered(
+    claimed: ClaimedDispatch, step_records: bool, step_occurrences: bool = True
+) -> tuple[str, ...]:
     """Our extensions this delivery may use. `step-records` lets the agent run steps before
     reporting them, so it is offered only where no step can have been recorded yet (the
     execution never started: §10.1 starts it with its first acknowledged delivery or step) and
-    no policy has to decide any step. Every other delivery is offered `step-occurrences`: the
-    agent's own numbering of its submissions only stays in step with the kernel's when no step
-    runs before it is submitted."""
+    no policy has to decide any step. Every other delivery is offered `step-occurrences` (when
+    enabled): the agent's own numbering of its submissions only stays in step with the
+    kernel's when no step runs before it is submitted."""
     if (
         step_records
         and claimed.execution_status is ExecutionStatus.PENDING
         and not claimed.agent.policy_bundle
     ):
         return (*OFFERED, STEP_RECORDS)
-    return (*OFFERED, STEP_OCCURRENCES)
+    if step_occurrences:
+        return (*OFFERED, STEP_OCCURRENCES)
+    return OFFERED
 
 
 class DispatchUseCases(ServiceBase):
@@ -83,7 +87,9 @@ class DispatchUseCases(ServiceBase):
     async def _deliver(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> None:
         dispatch = claimed.dispatch
         lease = effective_lease(claimed.agent, self.settings.dispatch_lease_timeout)
-        extensions, carry = offered(claimed, self.settings.step_records), None
+        settings = self.settings
+        extensions = offered(claimed, settings.step_records, settings.step_occurrences)
+        carry = None
         if len(claimed.execution.input.encode()) <= MAX_CARRIED_INPUT:
             # The status the agent would read: its acknowledgement starts a pending execution.
             status = claimed.execution_status
