@@ -1,7 +1,8 @@
 """The `step-occurrences` extension: a submission that carries the agent's own occurrence is
 decided at that occurrence, and a recorded success or failure is replayed from one read that
 writes nothing (no counter, no lease renewal) while the lease is fresh; anything else takes the
-locked way, with its checks and its renewal."""
+locked way, with its checks and its renewal, and so does every submission of a dispatch past
+its recorded history (until its next attempt)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 
 from rebuno.kernel.domain.decision import StepDecision, StepRequest
 from rebuno.kernel.domain.errors import Forbidden, LeaseSuperseded
-from rebuno.kernel.domain.records import Dispatch
+from rebuno.kernel.domain.records import Dispatch, Lease
+from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import StepKey, Wanted
 from rebuno.protocol.enums import Decision, StepStatus
-from tests.kernel.conftest import AGENT, Run, redeliver, request
+from tests.kernel.conftest import AGENT, Answering, Run, redeliver, request
 from tests.support import ManualClock
 
 SEARCH = request()
@@ -129,3 +131,27 @@ async def test_a_terminal_execution_answers_execution_terminal(
     decision = await numbered(again, 0)
 
     assert decision.decision is Decision.EXECUTION_TERMINAL
+
+
+async def test_a_step_not_recorded_ends_the_unlocked_replays_of_its_dispatch(
+    run: Run, clock: ManualClock
+) -> None:
+    again = await recorded_twice(run, clock)
+    new = await numbered(again, 0, request(target="fetch"))
+    assert new.decision is Decision.PROCEED
+
+    decision = await numbered(again, 0)
+
+    assert (decision.decision, decision.result) == (Decision.REPLAY, '"page"')
+    assert await counted(again) == {KEY: 0}  # decided the locked way
+
+
+async def test_a_first_delivery_never_reads_unlocked(kernel: Kernel) -> None:
+    execution = await kernel.create_execution(AGENT, "null", None)
+    [claimed] = await kernel.claim(10)
+
+    await kernel.deliver(claimed, Answering())
+
+    assert claimed.dispatch.execution_id == execution.id
+    lease = Lease(claimed.dispatch.id, claimed.dispatch.attempt)
+    assert lease in kernel.past_history

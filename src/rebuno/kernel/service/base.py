@@ -47,6 +47,7 @@ def _noop() -> None:
 ACK_WAIT_SECONDS = 1.0
 LIVE_REMEMBERED = 65_536
 FIRST_RUNS_REMEMBERED = 16_384
+PAST_HISTORY_REMEMBERED = 16_384
 FIRST_RUN_INPUT_LIMIT = 4096
 """A first run whose input is longer (in characters) is not remembered: a record is held
 until its run ends, and inputs may be megabytes; its end takes the ordinary way."""
@@ -102,6 +103,11 @@ class ServiceBase:
         """Executions whose first delivery this process has just acknowledged (the newest
         `FIRST_RUNS_REMEMBERED`, inputs up to `FIRST_RUN_INPUT_LIMIT`), with the record it
         wrote: their completion is tried optimistically on that record."""
+        self.past_history: OrderedDict[Lease, None] = OrderedDict()
+        """Delivery attempts with no recorded step left to replay (the newest
+        `PAST_HISTORY_REMEMBERED`): a first delivery, or one a submission of which found its
+        step unrecorded. Their submissions go the locked way at once rather than first
+        paying the unlocked read of `step-occurrences` for a step that is not there."""
         self.acknowledging: dict[str, asyncio.Event] = {}
         """Executions whose first delivery this process is delivering, until the outcome is
         recorded. An agent may end a short run before the kernel has recorded that it
@@ -139,6 +145,11 @@ class ServiceBase:
         self.first_runs[execution.id] = FirstRun(lease, execution)
         if len(self.first_runs) > FIRST_RUNS_REMEMBERED:
             self.first_runs.popitem(last=False)
+
+    def past_recorded_history(self, lease: Lease) -> None:
+        self.past_history[lease] = None
+        if len(self.past_history) > PAST_HISTORY_REMEMBERED:
+            self.past_history.popitem(last=False)
 
     def ended(self, execution_id: str, record: Execution | None = None) -> None:
         """Wakes the readers waiting for this execution to end; `record`, when given, is the

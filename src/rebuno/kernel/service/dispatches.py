@@ -76,6 +76,8 @@ class DispatchUseCases(ServiceBase):
         if claimed.execution_status is not ExecutionStatus.PENDING:
             await self._deliver(claimed, deliverer)
             return
+        # A pending execution has no step recorded yet.
+        self.past_recorded_history(Lease(dispatch.id, dispatch.attempt))
         acknowledged = self.acknowledging[dispatch.execution_id] = asyncio.Event()
         try:
             await self._deliver(claimed, deliverer)

@@ -87,7 +87,7 @@ class StepUseCases(ServiceBase):
                 request.args_hash,
             )
         )
-        if occurrence is not None and not outcomes:
+        if occurrence is not None and not outcomes and lease not in self.past_history:
             replayed = await self._replay_unlocked(
                 execution_id, agent_id, lease, step_id_for(occurrence)
             )
@@ -142,13 +142,17 @@ class StepUseCases(ServiceBase):
         that succeeded or failed never changes again, and the answer writes nothing but the
         occurrence counter that `step-occurrences` makes unneeded. None when anything else
         could be the answer (the step is not finished, the execution is not running, the
-        lease is not live) or the lease is due for renewal: the ordinary way decides those."""
+        lease is not live) or the lease is due for renewal: the ordinary way decides those.
+        A step not recorded at all ends the replay of this delivery attempt: its later
+        submissions skip this read."""
         loaded = await self.store.load_completion(execution_id, step_id, lease.dispatch_id)
         execution, step, dispatch = loaded.execution, loaded.step, loaded.dispatch
         check_owner(execution, agent_id)
+        if step is None:
+            self.past_recorded_history(lease)
+            return None
         if (
-            step is None
-            or step.status not in _REPLAYED
+            step.status not in _REPLAYED
             or execution.status is not ExecutionStatus.RUNNING
             or dispatch is None
             or dispatch.status is not DispatchStatus.IN_FLIGHT
