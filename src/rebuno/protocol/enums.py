@@ -67,6 +67,11 @@ class Decision(StrEnum):
     RECORDED = "recorded"
 
 
+COUNTED_DECISIONS = frozenset({Decision.PROCEED, Decision.REPLAY, Decision.DENIED})
+"""Decisions about a recorded step that advance its key's occurrence count (§7.3), as does a
+block on the step's approval."""
+
+
 class ApprovalStatus(StrEnum):
     PENDING = "pending"
     GRANTED = "granted"

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, assert_never
 from pydantic import BaseModel
 
 from rebuno.protocol.canonical import args_hash, canonical_args
-from rebuno.protocol.enums import Decision, StepKind
+from rebuno.protocol.enums import COUNTED_DECISIONS, Decision, StepKind
 from rebuno.sdk._kernel import Carried, Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import (
     APIError,
@@ -47,7 +47,6 @@ CARRY_DELAY_SECONDS = 0.02
 MAX_CARRIED = 256
 
 _DECISIONS = {member.value: member for member in Decision}
-_COUNTED = frozenset({Decision.PROCEED, Decision.REPLAY, Decision.DENIED})
 _Key = tuple[str, str, str]
 """A step's kind, target and hash of canonical args: what its occurrence counts."""
 
@@ -479,7 +478,7 @@ def _counted(decision: StepDecision) -> bool:
     decided from it, or blocks on its approval."""
     if not decision.step_id:
         return False
-    return decision.approval_id is not None or decision.decision in _COUNTED
+    return decision.approval_id is not None or decision.decision in COUNTED_DECISIONS
 
 
 def _replayed(decision: StepDecision, target: str) -> Any:

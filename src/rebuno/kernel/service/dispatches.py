@@ -88,23 +88,25 @@ class DispatchUseCases(ServiceBase):
 
     async def _deliver(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> None:
         dispatch = claimed.dispatch
-        lease = effective_lease(claimed.agent, self.settings.dispatch_lease_timeout)
         settings = self.settings
+        lease = effective_lease(claimed.agent, settings.dispatch_lease_timeout)
         extensions = offered(claimed, settings.step_records, settings.step_occurrences)
         carry = None
-        if len(claimed.execution.input.encode()) <= MAX_CARRIED_INPUT:
+        text = claimed.execution.input
+        # A character is at least a byte: a longer input is not encoded to find out.
+        if len(text) <= MAX_CARRIED_INPUT and len(text.encode()) <= MAX_CARRIED_INPUT:
             # The status the agent would read: its acknowledgement starts a pending execution.
             status = claimed.execution_status
             if status is ExecutionStatus.PENDING:
                 status = ExecutionStatus.RUNNING
             extensions = (*extensions, EXECUTION_INPUT)
-            carry = carried(status.value, claimed.execution.input)
+            carry = carried(status.value, text)
         outcome = await deliverer.deliver(
             claimed.agent.webhook_url,
             claimed.agent.secret,
             dispatch.execution_id,
             webhook_body(dispatch, lease),
-            self.settings.dispatch_timeout.total_seconds(),
+            settings.dispatch_timeout.total_seconds(),
             extensions=extensions,
             carried=carry,
         )

@@ -44,6 +44,7 @@ from rebuno.kernel.store.base import (
 )
 from rebuno.kernel.stream.bus import Delta
 from rebuno.protocol.enums import (
+    COUNTED_DECISIONS,
     Decision,
     DispatchStatus,
     ExecutionStatus,
@@ -54,8 +55,6 @@ from rebuno.protocol.enums import (
 )
 from rebuno.protocol.events import EventType
 
-# Decisions that refer to a recorded step advance the occurrence counter (§7.3).
-_COUNTED = frozenset({Decision.PROCEED, Decision.REPLAY, Decision.DENIED})
 # Recorded outcomes a submission replays; no later write changes them.
 _REPLAYED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED})
 _SHORTEST_OWN_LEASE = timedelta(seconds=10)
@@ -125,7 +124,7 @@ class StepUseCases(ServiceBase):
                 if not sub.policy_bundle:
                     decision = replace(decision, policy_free=True)
             if decision.step_id is not None and (
-                decision.decision in _COUNTED or decision.approval_id is not None
+                decision.decision in COUNTED_DECISIONS or decision.approval_id is not None
             ):
                 await tx.set_occurrence(lease.dispatch_id, key, sub.occurrence)
             woke = any(e.type == EventType.DISPATCH_QUEUED for e in batch.events)
