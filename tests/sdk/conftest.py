@@ -18,6 +18,7 @@ import pytest
 from rebuno import Agent, Client
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import serve
+from rebuno.sdk.agent import Durability
 from rebuno.types import Execution
 from tests.sdk.loopback import free_socket, serving, url_of
 from tests.support import wait_until
@@ -99,8 +100,8 @@ class Harness:
             response = await http.post("/v0/agents", json=body)
             response.raise_for_status()
 
-    def agent(self, agent_id: str) -> Agent:
-        agent = Agent(agent_id, secret=SECRET, base_url=self.kernel_url)
+    def agent(self, agent_id: str, durability: Durability = "durable") -> Agent:
+        agent = Agent(agent_id, secret=SECRET, base_url=self.kernel_url, durability=durability)
         self.agents.append(agent)
         return agent
 
@@ -112,6 +113,7 @@ class Harness:
         *,
         policy: str | None = None,
         lease_timeout_seconds: float | None = None,
+        durability: Durability = "durable",
     ) -> AsyncIterator[Agent]:
         """Register `agent_id` with a loopback webhook and serve `handler` there."""
         sock = free_socket()
@@ -119,7 +121,7 @@ class Harness:
         await self.register(
             agent_id, webhook, policy=policy, lease_timeout_seconds=lease_timeout_seconds
         )
-        agent = self.agent(agent_id)
+        agent = self.agent(agent_id, durability)
         agent.bind(handler)
         async with serving(agent.app, sock):
             yield agent

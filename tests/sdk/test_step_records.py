@@ -30,7 +30,7 @@ async def test_steps_are_reported_with_the_completion_and_keep_every_event(
         again = await step("add", lambda: 2)
         return first + again + await step("other", lambda n: 4 * n, args={"n": 1})
 
-    async with harness.serve("reporter", handler):
+    async with harness.serve("reporter", handler, durability="batched"):
         done = await harness.run("reporter")
 
     assert done.status == "completed" and done.output == 7
@@ -65,7 +65,7 @@ async def test_a_failing_step_is_reported_as_failed(harness: Harness) -> None:
             return exc.message
         return "unreachable"
 
-    async with harness.serve("unlucky", handler):
+    async with harness.serve("unlucky", handler, durability="batched"):
         done = await harness.run("unlucky")
 
     assert done.status == "completed" and done.output == "upstream said no"
@@ -85,7 +85,7 @@ async def test_a_policy_set_during_the_run_ends_the_grant(harness: Harness) -> N
         await step("checkpoint", lambda: None, idempotency="at_most_once")
         return str(await step("shell", lambda: ran.append("shell") or "ran"))
 
-    async with harness.serve("converted-midway", handler):
+    async with harness.serve("converted-midway", handler, durability="batched"):
         created = await harness.client.create("converted-midway")
         async with httpx.AsyncClient(base_url=harness.kernel_url) as http:
             answer = await http.post("/v0/policies/converted-midway", json={"bundle": NO_SHELL})

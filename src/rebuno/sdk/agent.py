@@ -18,7 +18,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Literal
 
 from rebuno.protocol import extensions, signing
 from rebuno.protocol.extensions import (
@@ -52,6 +52,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _MAX_WEBHOOK_BYTES = 64 * 1024
+Durability = Literal["durable", "batched"]
+"""How a step's record relates to its body: see `Agent`."""
+_DURABILITIES: tuple[Durability, ...] = ("durable", "batched")
 _QUIET = (Blocked, Terminated, LeaseSuperseded)
 
 
@@ -64,6 +67,12 @@ class Agent:
         base_url: The kernel's URL; defaults to `REBUNO_URL`.
         webhook_path: The path the kernel POSTs deliveries to.
         kernel_timeout: Timeout in seconds of each call to the kernel.
+        durability: `"durable"` (the default): every step is recorded by the kernel before its
+            body runs, and its outcome before the handler's next effect runs, so after a crash
+            no step whose body returned before the next one was submitted runs again.
+            `"batched"` opts in to running `safe_to_retry` steps of a first delivery before
+            recording them, when the kernel offers it (`step-records`): fewer requests, but a
+            crash re-runs every step not yet reported (docs/extensions.md says what it costs).
 
     Example:
         agent = Agent("hello", secret="dev-secret", base_url="http://127.0.0.1:8080")
@@ -82,9 +91,12 @@ class Agent:
         base_url: str | None = None,
         webhook_path: str = "/webhook",
         kernel_timeout: float = 35.0,
+        durability: Durability = "durable",
     ) -> None:
         if not agent_id:
             raise ValueError("agent_id must be a non-empty string")
+        if durability not in _DURABILITIES:
+            raise ValueError(f"durability must be one of {_DURABILITIES}, not {durability!r}")
         secret = secret if secret is not None else os.environ.get("REBUNO_AGENT_SECRET", "")
         base_url = base_url or os.environ.get("REBUNO_URL", "")
         if not secret:
@@ -93,6 +105,7 @@ class Agent:
             raise ValueError("no kernel URL: pass base_url= or set REBUNO_URL")
         self.agent_id = agent_id
         self.webhook_path = webhook_path
+        self.durability = durability
         self._secret = secret
         self._kernel = KernelClient(
             agent_id=agent_id, secret=secret, base_url=base_url, timeout=kernel_timeout
@@ -213,7 +226,7 @@ class Agent:
             lease=delivery.lease,
             agent_id=self.agent_id,
             carry_completions=STEP_COMPLETIONS in delivery.extensions,
-            report_steps=STEP_RECORDS in delivery.extensions,
+            report_steps=self.durability == "batched" and STEP_RECORDS in delivery.extensions,
             number_steps=STEP_OCCURRENCES in delivery.extensions,
         )
         try:
