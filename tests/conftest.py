@@ -46,6 +46,14 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+@pytest.fixture(params=[True, False], ids=["shortcuts", "no-shortcuts"])
+def shortcuts(request: pytest.FixtureRequest) -> bool:
+    """Whether the kernel uses what a replica remembers to skip work (`Settings.shortcuts`):
+    the behavioural suites (kernel, sdk) run both ways, with the same outcomes."""
+    enabled: bool = request.param
+    return enabled
+
+
 def _postgres_store(request: pytest.FixtureRequest) -> Store:
     if not _PG_PLUGIN.exists():
         message = "PostgreSQL store fixtures (tests/pgfixtures.py) are not available yet"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import cast
 
 import pytest
 
@@ -18,6 +19,7 @@ from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.canonical import args_hash, canonical_args
 from rebuno.protocol.enums import Idempotency, StepKind
+from tests.counting import Counting
 from tests.support import ManualClock
 
 AGENT = "researcher"
@@ -75,13 +77,19 @@ def settings(**changes: object) -> Settings:
 
 
 @pytest.fixture
-def kernel_settings() -> Settings:
-    return settings()
+def kernel_settings(shortcuts: bool) -> Settings:
+    return settings(shortcuts=shortcuts)
 
 
 @pytest.fixture
-async def kernel(store: Store, clock: ManualClock, kernel_settings: Settings) -> Kernel:
-    kernel = Kernel(store, kernel_settings, clock=clock.now, bus=MemoryBus())
+def counts(store: Store) -> Counting:
+    """The kernel's store, counting the transactions and committed reads it serves."""
+    return Counting(store)
+
+
+@pytest.fixture
+async def kernel(counts: Counting, clock: ManualClock, kernel_settings: Settings) -> Kernel:
+    kernel = Kernel(cast(Store, counts), kernel_settings, clock=clock.now, bus=MemoryBus())
     await kernel.register_agent(AGENT, "http://127.0.0.1:9/webhook", "s3cret", None, None)
     return kernel
 

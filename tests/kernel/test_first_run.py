@@ -12,10 +12,11 @@ import pytest
 
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
-from rebuno.kernel.service.base import FIRST_RUN_INPUT_LIMIT
 from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.service.shortcuts import FIRST_RUN_INPUT_LIMIT
 from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
+from tests.counting import Counting
 from tests.kernel.conftest import AGENT, Answering, Run, redeliver, request
 from tests.kernel.test_step_records import STEP_EVENTS, report
 from tests.support import ManualClock
@@ -36,16 +37,27 @@ async def delivered(kernel: Kernel) -> Run:
     return run
 
 
-async def test_a_first_acknowledgement_starts_the_execution_and_is_remembered(
-    kernel: Kernel,
-) -> None:
+async def test_a_first_acknowledgement_starts_the_execution(kernel: Kernel) -> None:
     run = await delivered(kernel)
 
     assert await run.event_types() == FIRST_EVENTS
     stored = await run.execution()
     assert stored.status is ExecutionStatus.RUNNING
-    assert kernel.first_runs[run.execution_id].execution == stored
-    assert kernel.first_runs[run.execution_id].lease == run.lease
+
+
+async def test_the_end_of_a_first_run_is_one_optimistic_transaction(
+    kernel: Kernel, counts: Counting
+) -> None:
+    run = await delivered(kernel)
+    counts.reset()
+
+    await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null", (report(1),))
+
+    assert (await run.execution()).status is ExecutionStatus.COMPLETED
+    if kernel.shortcuts.enabled:
+        assert counts.transactions == {"optimistic": 1}
+    else:
+        assert counts.transactions == {"locked": 1}
 
 
 async def test_an_acknowledgement_after_the_agent_wrote_takes_the_ordinary_way(
@@ -59,7 +71,6 @@ async def test_an_acknowledgement_after_the_agent_wrote_takes_the_ordinary_way(
     types = await run.event_types()
     assert types.count("execution.started") == 1
     assert types[-1] == "dispatch.acked"
-    assert run.execution_id not in kernel.first_runs  # it was not a first run any more
 
 
 async def test_an_acknowledgement_after_the_end_records_nothing(kernel: Kernel) -> None:
@@ -93,6 +104,7 @@ class EndingFirst(Answering):
         assert not self.ending[0].done()
 
 
+@pytest.mark.parametrize("shortcuts", [True], ids=["shortcuts"])
 async def test_an_end_before_the_acknowledgement_is_recorded_waits_for_it(
     kernel: Kernel,
 ) -> None:
@@ -104,7 +116,33 @@ async def test_an_end_before_the_acknowledgement_is_recorded_waits_for_it(
 
     assert await run.event_types() == [*FIRST_EVENTS, *STEP_EVENTS, "execution.completed"]
     assert (await run.execution()).status is ExecutionStatus.COMPLETED
-    assert run.execution_id not in kernel.acknowledging
+
+
+@dataclass
+class EndingAtOnce(Answering):
+    """An agent whose whole run ends before its acknowledgement reaches the kernel."""
+
+    kernel: Kernel | None = None
+    run: Run | None = None
+
+    async def answer(self, execution_id: str) -> None:
+        assert self.kernel is not None and self.run is not None
+        end = (report(1, "1"),)
+        await self.kernel.complete_execution(execution_id, AGENT, self.run.lease, "null", end)
+
+
+@pytest.mark.parametrize("shortcuts", [False], ids=["no-shortcuts"])
+async def test_without_shortcuts_an_end_before_the_acknowledgement_ends_the_run(
+    kernel: Kernel,
+) -> None:
+    claim, run = await claimed(kernel)
+
+    await kernel.deliver(claim, EndingAtOnce(kernel=kernel, run=run))
+
+    types = await run.event_types()
+    assert (await run.execution()).status is ExecutionStatus.COMPLETED
+    assert types.count("execution.started") == 1
+    assert types[-1] == "execution.completed"
 
 
 async def test_a_first_run_ends_with_its_reports_at_their_first_occurrences(
@@ -124,7 +162,6 @@ async def test_a_first_run_ends_with_its_reports_at_their_first_occurrences(
     assert await run.event_types() == [*FIRST_EVENTS, *STEP_EVENTS * 2, "execution.completed"]
     done = await run.execution()
     assert (done.status, done.output) == (ExecutionStatus.COMPLETED, '{"done":1}')
-    assert run.execution_id not in kernel.first_runs
 
 
 async def test_reports_after_a_submitted_step_continue_its_occurrences(kernel: Kernel) -> None:
@@ -167,7 +204,8 @@ async def test_a_remembered_record_the_execution_moved_past_takes_the_ordinary_w
 ) -> None:
     claim, run = await claimed(kernel)
     await kernel.deliver(claim, Answering())
-    kernel.first_run(run.lease, claim.execution)  # the record from before the acknowledgement
+    # The record from before the acknowledgement, as a replica might have remembered it.
+    kernel.shortcuts.acknowledged_first(run.lease, claim.execution)
 
     await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null", (report(1),))
 
@@ -177,16 +215,18 @@ async def test_a_remembered_record_the_execution_moved_past_takes_the_ordinary_w
 
 
 async def test_a_first_run_with_a_long_input_is_not_held_and_ends_the_ordinary_way(
-    kernel: Kernel,
+    kernel: Kernel, counts: Counting
 ) -> None:
     long_input = '{"text":"' + "x" * FIRST_RUN_INPUT_LIMIT + '"}'
     execution = await kernel.create_execution(AGENT, long_input, None)
     [claim] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
     await kernel.deliver(claim, Answering())
-    assert execution.id not in kernel.first_runs
+    counts.reset()
 
     lease = Lease(claim.dispatch.id, claim.dispatch.attempt)
     await kernel.complete_execution(execution.id, AGENT, lease, "null", (report(1),))
+
+    assert counts.transactions == {"locked": 1}
 
     done = await kernel.get_execution(execution.id)
     assert (done.status, done.input) == (ExecutionStatus.COMPLETED, long_input)

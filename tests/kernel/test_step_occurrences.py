@@ -15,7 +15,8 @@ from rebuno.kernel.domain.errors import Forbidden, LeaseSuperseded
 from rebuno.kernel.domain.records import Dispatch, Lease
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import StepKey, Wanted
-from rebuno.protocol.enums import Decision, StepStatus
+from rebuno.protocol.enums import Decision, Idempotency, StepStatus
+from tests.counting import Counting
 from tests.kernel.conftest import AGENT, Answering, Run, redeliver, request
 from tests.support import ManualClock
 
@@ -53,22 +54,29 @@ async def recorded_twice(run: Run, clock: ManualClock) -> Run:
     return await redeliver(run.kernel, clock, run)
 
 
-async def test_a_recorded_outcome_replays_at_the_agents_occurrence_and_writes_nothing(
-    run: Run, clock: ManualClock
+async def test_a_recorded_outcome_replays_at_the_agents_occurrence_from_one_read(
+    run: Run, clock: ManualClock, counts: Counting
 ) -> None:
     again = await recorded_twice(run, clock)
     renewed = (await dispatch(again)).locked_at
     events = await again.event_types()
     clock.advance(timedelta(seconds=1))
+    counts.reset()
 
     failed = await numbered(again, 1)
     succeeded = await numbered(again, 0)
+    cost = (dict(counts.transactions), dict(counts.reads))
 
     assert (failed.decision, failed.error) == (Decision.REPLAY, '{"message":"timeout"}')
     assert (succeeded.decision, succeeded.result) == (Decision.REPLAY, '"page"')
     assert await counted(again) == {}
-    assert (await dispatch(again)).locked_at == renewed
     assert await again.event_types() == events
+    if run.kernel.shortcuts.enabled:
+        assert cost == ({}, {"load_completion": 2})
+        assert (await dispatch(again)).locked_at == renewed
+    else:  # the ordinary way: locked, and it renews the lease
+        assert cost == ({"locked": 2}, {})
+        assert (await dispatch(again)).locked_at == clock.now()
 
 
 async def test_a_new_step_is_recorded_at_the_agents_occurrence(
@@ -85,32 +93,52 @@ async def test_a_new_step_is_recorded_at_the_agents_occurrence(
         (1, StepStatus.FAILED),
         (3, StepStatus.EXECUTING),
     ]
-    assert await counted(again) == {KEY: 3}
+    assert await counted(again) == {}  # the agent numbers its steps: no counter is kept
 
 
 async def test_a_lease_due_for_renewal_replays_the_locked_way_and_is_renewed(
-    run: Run, clock: ManualClock
+    run: Run, clock: ManualClock, counts: Counting
 ) -> None:
     """The kernel's lease here is 30 s: an answer from the record needs a renewal within a
     third of the shortest lease an agent may have (10 s)."""
     again = await recorded_twice(run, clock)
     clock.advance(timedelta(seconds=10) / 3)
+    counts.reset()
 
     decision = await numbered(again, 0)
 
     assert (decision.decision, decision.result) == (Decision.REPLAY, '"page"')
-    assert await counted(again) == {KEY: 0}
+    assert counts.transactions == {"locked": 1}
     assert (await dispatch(again)).locked_at == clock.now()
 
 
-async def test_an_unfinished_step_is_decided_the_locked_way(run: Run, clock: ManualClock) -> None:
+async def test_an_unfinished_safe_step_proceeds_again_as_the_locked_way_would(
+    run: Run, clock: ManualClock
+) -> None:
     executing = await numbered(run, 0)
     again = await redeliver(run.kernel, clock, run)
+    events = await again.event_types()
 
     decision = await numbered(again, 0)
 
     assert (decision.decision, decision.step_id) == (Decision.PROCEED, executing.step_id)
-    assert await counted(again) == {KEY: 0}
+    assert await again.event_types() == events
+
+
+async def test_an_unfinished_at_most_once_step_is_failed_the_locked_way(
+    run: Run, clock: ManualClock, counts: Counting
+) -> None:
+    once = request(idempotency=Idempotency.AT_MOST_ONCE)
+    executing = await numbered(run, 0, once)
+    again = await redeliver(run.kernel, clock, run)
+    counts.reset()
+
+    decision = await numbered(again, 0, once)
+
+    assert (decision.decision, decision.step_id) == (Decision.REPLAY, executing.step_id)
+    assert counts.transactions == {"locked": 1}
+    [step] = await again.kernel.list_steps(again.execution_id, None)
+    assert step.status is StepStatus.FAILED
 
 
 async def test_a_superseded_lease_or_another_agent_is_refused(run: Run, clock: ManualClock) -> None:
@@ -134,24 +162,27 @@ async def test_a_terminal_execution_answers_execution_terminal(
 
 
 async def test_a_step_not_recorded_ends_the_unlocked_replays_of_its_dispatch(
-    run: Run, clock: ManualClock
+    run: Run, clock: ManualClock, counts: Counting
 ) -> None:
     again = await recorded_twice(run, clock)
     new = await numbered(again, 0, request(target="fetch"))
     assert new.decision is Decision.PROCEED
+    counts.reset()
 
     decision = await numbered(again, 0)
 
     assert (decision.decision, decision.result) == (Decision.REPLAY, '"page"')
-    assert await counted(again) == {KEY: 0}  # decided the locked way
+    assert (counts.transactions, counts.reads) == ({"locked": 1}, {})  # no read tried first
 
 
-async def test_a_first_delivery_never_reads_unlocked(kernel: Kernel) -> None:
+async def test_a_first_delivery_never_reads_unlocked(kernel: Kernel, counts: Counting) -> None:
     execution = await kernel.create_execution(AGENT, "null", None)
     [claimed] = await kernel.claim(10)
-
     await kernel.deliver(claimed, Answering())
-
-    assert claimed.dispatch.execution_id == execution.id
     lease = Lease(claimed.dispatch.id, claimed.dispatch.attempt)
-    assert lease in kernel.past_history
+    counts.reset()
+
+    decision = await kernel.submit_step(execution.id, AGENT, lease, SEARCH, (), 0)
+
+    assert decision.decision is Decision.PROCEED
+    assert (counts.transactions, counts.reads) == ({"locked": 1}, {})

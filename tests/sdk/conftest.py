@@ -38,9 +38,10 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def kernel_settings(db_url: str) -> Settings:
+def kernel_settings(db_url: str, shortcuts: bool) -> Settings:
     return Settings(
         dev=True,
+        shortcuts=shortcuts,
         listen_addr="127.0.0.1:0",
         db_url=db_url,
         dispatch_poll_interval=timedelta(milliseconds=20),

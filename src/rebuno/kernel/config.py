@@ -59,6 +59,9 @@ class Settings:
     """Offer `step-records` (docs/extensions.md) on an execution's first delivery."""
     step_occurrences: bool = True
     """Offer `step-occurrences` (docs/extensions.md) on the other deliveries."""
+    shortcuts: bool = True
+    """Let a replica use what it remembers to skip work (service/shortcuts.py); `false`
+    takes the ordinary way everywhere, with the same outcomes."""
     replica_id: str = field(default="")
     max_body_bytes: int = 10 * 1024 * 1024
     sse_keepalive: timedelta = timedelta(seconds=15)
@@ -207,6 +210,7 @@ _OPTIONS = (
     _Option("accept_body_signatures", "REBUNO_ACCEPT_BODY_SIGNATURES", _boolean),
     _Option("step_records", "REBUNO_STEP_RECORDS", _boolean),
     _Option("step_occurrences", "REBUNO_STEP_OCCURRENCES", _boolean),
+    _Option("shortcuts", "REBUNO_SHORTCUTS", _boolean),
     _Option("sse_keepalive", "REBUNO_SSE_KEEPALIVE", _positive_duration),
     _Option("workers", "REBUNO_WORKERS", _positive_int),
 )

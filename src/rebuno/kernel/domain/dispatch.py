@@ -13,7 +13,8 @@ from typing import Protocol
 
 import orjson
 
-from rebuno.kernel.domain.records import Agent, Dispatch
+from rebuno.kernel.domain.records import Agent, Dispatch, Lease
+from rebuno.protocol.enums import DispatchStatus
 
 MIN_AGENT_LEASE_SECONDS = 10.0
 
@@ -22,6 +23,17 @@ MIN_AGENT_LEASE_SECONDS = 10.0
 class DeliveryOutcome:
     ok: bool
     detail: str = ""
+
+
+def owns(dispatch: Dispatch | None, lease: Lease) -> bool:
+    """The strong lease check (§12.4) on a dispatch already read: `lease` names it, at its
+    attempt, while it is in flight. The stores apply the same rule in their statements."""
+    return (
+        dispatch is not None
+        and dispatch.id == lease.dispatch_id
+        and dispatch.attempt == lease.attempt
+        and dispatch.status is DispatchStatus.IN_FLIGHT
+    )
 
 
 def effective_lease(agent: Agent, default: timedelta) -> float:

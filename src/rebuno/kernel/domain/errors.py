@@ -1,11 +1,16 @@
 """KernelError and its subclasses; each declares its stable code from `protocol.codes`.
 
-Must not import anything outside `rebuno.protocol`.
+Must not import anything outside `rebuno.protocol` (the domain's records only for types).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rebuno.protocol.codes import ErrorCode
+
+if TYPE_CHECKING:
+    from rebuno.kernel.domain.records import Lease
 
 
 class KernelError(Exception):
@@ -59,3 +64,10 @@ class Unavailable(KernelError):
     """The store cannot be reached; rendered as a 500 but retried by background loops."""
 
     code = ErrorCode.INTERNAL_ERROR
+
+
+def lease_superseded(execution_id: str, lease: Lease) -> LeaseSuperseded:
+    return LeaseSuperseded(
+        f"lease superseded: dispatch {lease.dispatch_id} attempt {lease.attempt} "
+        f"no longer owns execution {execution_id}"
+    )

@@ -9,8 +9,10 @@ from dataclasses import replace
 from datetime import datetime
 
 from rebuno.kernel.domain.errors import ExecutionTerminal, Forbidden
+from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.records import Execution, RawJson
 from rebuno.protocol.enums import ExecutionStatus
+from rebuno.protocol.events import EventType
 
 _ALLOWED: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
     ExecutionStatus.PENDING: frozenset({ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED}),
@@ -56,3 +58,12 @@ def check_owner(execution: Execution, agent_id: str | None) -> None:
     """An agent (HMAC caller) may only touch its own executions."""
     if agent_id is not None and execution.agent_id != agent_id:
         raise Forbidden(f"execution {execution.id} belongs to another agent")
+
+
+def mark_started(execution: Execution, batch: EventBatch) -> Execution:
+    """The first time the agent is reached, `pending` becomes `running` (§10.1), once."""
+    if execution.status is not ExecutionStatus.PENDING:
+        return execution
+    started = transition(execution, ExecutionStatus.RUNNING, batch.now)
+    batch.execution(EventType.EXECUTION_STARTED, started)
+    return started

@@ -8,16 +8,14 @@ cleanly. Must not import a concrete store backend, the API, or httpx.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
 
 from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.errors import Conflict, Forbidden
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import transition
-from rebuno.kernel.domain.records import Approval, Step
-from rebuno.kernel.policy.engine import ApprovalConfig
-from rebuno.kernel.service.base import ServiceBase, flush, new_id
+from rebuno.kernel.domain.records import Approval
+from rebuno.kernel.service.base import ServiceBase, flush
 from rebuno.kernel.store.base import Transaction
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
 from rebuno.protocol.events import EventType
@@ -27,32 +25,6 @@ _RESOLUTION_EVENT = {
     ApprovalStatus.DENIED: EventType.APPROVAL_DENIED,
     ApprovalStatus.EXPIRED: EventType.APPROVAL_EXPIRED,
 }
-
-
-async def create_approval(
-    tx: Transaction,
-    step: Step,
-    config: ApprovalConfig | None,
-    default_timeout: timedelta,
-    batch: EventBatch,
-) -> Approval:
-    timeout = config.timeout if config and config.timeout else default_timeout
-    approval = Approval(
-        id=new_id(),
-        step_id=step.step_id,
-        execution_id=step.execution_id,
-        status=ApprovalStatus.PENDING,
-        approvers=config.approvers if config else None,
-        message=config.message if config else None,
-        timeout_at=batch.now + timeout,
-        decided_by=None,
-        decided_at=None,
-        rationale=None,
-        created_at=batch.now,
-    )
-    await tx.insert_approval(approval)
-    batch.approval(EventType.APPROVAL_REQUESTED, approval.id, step.step_id, approval.status)
-    return approval
 
 
 class ApprovalUseCases(ServiceBase):

@@ -21,8 +21,9 @@ from rebuno.kernel.domain.dispatch import (
     webhook_body,
 )
 from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.execution import mark_started
 from rebuno.kernel.domain.records import Dispatch, Execution, Lease
-from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started
+from rebuno.kernel.service.base import ServiceBase, flush, log
 from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_execution
 from rebuno.kernel.store.base import ClaimedDispatch, Stale, Transaction, Unchanged
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
@@ -77,14 +78,9 @@ class DispatchUseCases(ServiceBase):
             await self._deliver(claimed, deliverer)
             return
         # A pending execution has no step recorded yet.
-        self.past_recorded_history(Lease(dispatch.id, dispatch.attempt))
-        acknowledged = self.acknowledging[dispatch.execution_id] = asyncio.Event()
-        try:
+        self.shortcuts.past_history(Lease(dispatch.id, dispatch.attempt))
+        with self.shortcuts.acknowledging(dispatch.execution_id):
             await self._deliver(claimed, deliverer)
-        finally:
-            acknowledged.set()
-            if self.acknowledging.get(dispatch.execution_id) is acknowledged:
-                del self.acknowledging[dispatch.execution_id]
 
     async def _deliver(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> None:
         dispatch = claimed.dispatch
@@ -139,7 +135,7 @@ class DispatchUseCases(ServiceBase):
                 async with self.transaction(seen.id, Unchanged(seen.last_event_seq)) as tx:
                     acked = await _acknowledge(tx, dispatch, seen, self.clock())
                 if seen.status is ExecutionStatus.PENDING:
-                    self.first_run(lease, acked)
+                    self.shortcuts.acknowledged_first(lease, acked)
                 return
         async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
@@ -147,7 +143,7 @@ class DispatchUseCases(ServiceBase):
                 return
             acked = await _acknowledge(tx, dispatch, execution, self.clock())
         if execution.status is ExecutionStatus.PENDING:
-            self.first_run(lease, acked)
+            self.shortcuts.acknowledged_first(lease, acked)
 
     async def _record_failure(self, dispatch: Dispatch) -> None:
         async with self.transaction(dispatch.execution_id) as tx:

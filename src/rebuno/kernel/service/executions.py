@@ -16,17 +16,9 @@ from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import Carried, StepRecord
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.domain.event import EventBatch, Raw
-from rebuno.kernel.domain.execution import check_owner, transition
+from rebuno.kernel.domain.execution import check_owner, mark_started, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
-from rebuno.kernel.service.base import (
-    ACK_WAIT_SECONDS,
-    ServiceBase,
-    Wake,
-    flush,
-    mark_started,
-    new_id,
-    superseded,
-)
+from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id, superseded
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
     ExecutionFilter,
@@ -74,7 +66,7 @@ class ExecutionUseCases(ServiceBase):
             await tx.insert_execution(execution)
             await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
             await flush(tx, execution, batch)
-        self.created(execution.id)
+        self.shortcuts.created(execution.id)
         self.wake()
         return replace(execution, last_event_seq=batch.last_seq)
 
@@ -93,7 +85,7 @@ class ExecutionUseCases(ServiceBase):
         # created here and not seen ending is live: waiting comes first. Should it have
         # ended on another replica and the news been lost, the look every
         # REPLICA_POLL_SECONDS finds it.
-        live = wait > 0 and execution_id in self.live
+        live = wait > 0 and self.shortcuts.known_live(execution_id)
         return await _hold(wait, lambda: self.on_end(execution_id), read, live=live)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
@@ -216,13 +208,11 @@ class ExecutionUseCases(ServiceBase):
         """Terminal is checked before the lease (§5.2), then the strong lease check. A
         refusal rolls the transaction back, the lease's renewal with it. The end of a first
         run acknowledged here is tried optimistically first (see `_finish_first_run`)."""
-        if (acknowledging := self.acknowledging.get(execution_id)) is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(acknowledging.wait(), ACK_WAIT_SECONDS)
-        first = self.first_runs.pop(execution_id, None)
-        if first is not None and first.lease == lease:
+        await self.shortcuts.wait_acknowledged(execution_id)
+        acked = self.shortcuts.take_first_run(execution_id, lease)
+        if acked is not None:
             done = await self._finish_first_run(
-                first.execution, agent_id, lease, status, output, reason, outcomes
+                acked, agent_id, lease, status, output, reason, outcomes
             )
             if done is not None:
                 self.ended(execution_id, done)

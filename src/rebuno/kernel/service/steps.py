@@ -11,7 +11,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache, partial
 
 from rebuno.kernel import metrics
@@ -23,16 +23,32 @@ from rebuno.kernel.domain.decision import (
     StepRecord,
     StepRequest,
 )
-from rebuno.kernel.domain.errors import Conflict, NotFound, ValidationFailed
+from rebuno.kernel.domain.dispatch import owns
+from rebuno.kernel.domain.errors import Conflict, KernelError, NotFound, ValidationFailed
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.execution import check_owner, transition
+from rebuno.kernel.domain.execution import check_owner, mark_started
 from rebuno.kernel.domain.identity import step_id as compute_step_id
 from rebuno.kernel.domain.ratelimit import park_wait
 from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
 from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
-from rebuno.kernel.service.approvals import create_approval
-from rebuno.kernel.service.base import ServiceBase, flush, log, mark_started, superseded
+from rebuno.kernel.service.base import ServiceBase, flush, log, new_id, superseded
+from rebuno.kernel.service.plan import (
+    NO_FACTS,
+    Facts,
+    LeaseView,
+    Plan,
+    Rules,
+    Slot,
+    Submitted,
+    admit,
+    decide,
+    has_budget,
+    has_rate_limit,
+    may_park,
+    needs_verdict,
+    new_step,
+)
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
     Outcomes,
@@ -44,12 +60,8 @@ from rebuno.kernel.store.base import (
 )
 from rebuno.kernel.stream.bus import Delta
 from rebuno.protocol.enums import (
-    COUNTED_DECISIONS,
     Decision,
-    DispatchStatus,
-    ExecutionStatus,
     Idempotency,
-    PolicyAction,
     StepKind,
     StepStatus,
 )
@@ -58,9 +70,6 @@ from rebuno.protocol.events import EventType
 # Recorded outcomes a submission replays; no later write changes them.
 _REPLAYED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED})
 _SHORTEST_OWN_LEASE = timedelta(seconds=10)
-
-BUDGET_EXCEEDED = "execution_token_budget_exceeded"
-RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
 
 
 class StepUseCases(ServiceBase):
@@ -73,8 +82,9 @@ class StepUseCases(ServiceBase):
         outcomes: Sequence[Carried] = (),
         occurrence: int | None = None,
     ) -> StepDecision:
-        """`occurrence`: the agent's own number for this submission (`step-occurrences`),
-        which replaces the dispatch's counter; None to count as §7.3 does."""
+        """§8, decided by `plan.decide`. `occurrence`: the agent's own number for this
+        submission (`step-occurrences`), which replaces the dispatch's counter; None to count
+        as §7.3 does. A replay may first be answered from an unlocked read (`shortcuts`)."""
         key = _key(request)
         # Cached: a store that looks the step up by id and this use case ask for the same one.
         step_id_for = cache(
@@ -86,165 +96,104 @@ class StepUseCases(ServiceBase):
                 request.args_hash,
             )
         )
-        if occurrence is not None and not outcomes and lease not in self.past_history:
-            replayed = await self._replay_unlocked(
-                execution_id, agent_id, lease, step_id_for(occurrence)
-            )
+        if occurrence is not None and not outcomes and self.shortcuts.may_replay_unlocked(lease):
+            slot = Slot(occurrence, step_id_for(occurrence), None, kernel_counted=False)
+            replayed = await self._replay_unlocked(execution_id, agent_id, lease, request, slot)
             if replayed is not None:
-                metrics.step_decided(request.kind, Decision.REPLAY)
+                metrics.step_decided(request.kind, replayed.decision)
                 return replayed
-        woke = False
         async with self.transaction(execution_id) as tx:
             now = self.clock()
             carried = [o.step_id for o in outcomes if isinstance(o, StepOutcome)]
             sub = await tx.load_submission(execution_id, lease, key, step_id_for, now, carried)
             execution = sub.execution
-            check_owner(execution, agent_id)
-            if execution.status.is_terminal:
-                metrics.step_decided(request.kind, Decision.EXECUTION_TERMINAL)
-                return StepDecision(Decision.EXECUTION_TERMINAL)
-            if not sub.lease_live:
-                raise superseded(execution_id, lease)
+            refused = admit(execution, agent_id, LeaseView(lease, sub.lease_live))
+            if refused is not None:
+                metrics.step_decided(request.kind, refused.decision)
+                return refused
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
             reported = await apply_outcomes(
                 tx, execution_id, lease.dispatch_id, outcomes, batch, sub.completing
             )
-            if occurrence is not None:
-                sub = await _at_occurrence(tx, sub, execution, occurrence, step_id_for)
-            elif key in reported:
-                sub = await _at_occurrence(tx, sub, execution, reported[key] + 1, step_id_for)
-            step_id = step_id_for(sub.occurrence)
-            if sub.existing is not None:
-                decision = await self._decide_recorded(tx, sub.existing, request, batch)
-            else:
-                decision, execution = await self._decide_new(
-                    tx, execution, sub.policy_bundle, step_id, sub.occurrence, request, batch
-                )
-                if not sub.policy_bundle:
-                    decision = replace(decision, policy_free=True)
-            if decision.step_id is not None and (
-                decision.decision in COUNTED_DECISIONS or decision.approval_id is not None
-            ):
-                await tx.set_occurrence(lease.dispatch_id, key, sub.occurrence)
+            slot = await _resolve_slot(tx, sub, key, occurrence, reported, step_id_for)
+            submitted = Submitted(execution, agent_id, request, slot, LeaseView(lease, True))
+            policy_free = False
+            if needs_verdict(execution, slot):
+                bundle = await _policy_bundle(tx, sub, slot)
+                policy_free = not bundle
+                verdict = self._evaluate_policy(execution, bundle, request)
+                facts = await _facts(tx, execution, key, request, verdict, now)
+                submitted = replace(submitted, verdict=verdict, facts=facts)
+            plan = decide(submitted, batch, self.rules)
+            await self._apply(tx, plan, batch, lease, key, slot)
             woke = any(e.type == EventType.DISPATCH_QUEUED for e in batch.events)
-            await flush(tx, execution, batch)
+            await flush(tx, plan.execution, batch)
         if woke:
             self.wake()
-        metrics.step_decided(request.kind, decision.decision)
-        return decision
+        metrics.step_decided(request.kind, plan.decision.decision)
+        if policy_free:
+            return replace(plan.decision, policy_free=True)
+        return plan.decision
+
+    @property
+    def rules(self) -> Rules:
+        return Rules(approval_timeout=self.settings.approval_timeout, new_id=new_id)
 
     async def _replay_unlocked(
-        self, execution_id: str, agent_id: str, lease: Lease, step_id: str
+        self, execution_id: str, agent_id: str, lease: Lease, request: StepRequest, slot: Slot
     ) -> StepDecision | None:
-        """Rows R1 and R2 from one committed read, without the lock or a transaction: a step
-        that succeeded or failed never changes again, and the answer writes nothing but the
-        occurrence counter that `step-occurrences` makes unneeded. None when anything else
-        could be the answer (the step is not finished, the execution is not running, the
-        lease is not live) or the lease is due for renewal: the ordinary way decides those.
-        A step not recorded at all ends the replay of this delivery attempt: its later
-        submissions skip this read."""
-        loaded = await self.store.load_completion(execution_id, step_id, lease.dispatch_id)
-        execution, step, dispatch = loaded.execution, loaded.step, loaded.dispatch
-        check_owner(execution, agent_id)
+        """The same decision on one committed read, without the lock or a transaction, when
+        it writes nothing: a recorded step that succeeded or failed never changes again, and
+        a lease renewed within `_renewal_due` need not be renewed now. None otherwise, for
+        the locked way. A step not recorded at all ends the replay of this delivery attempt:
+        its later submissions skip this read."""
+        loaded = await self.store.load_completion(execution_id, slot.step_id, lease.dispatch_id)
+        step, dispatch = loaded.step, loaded.dispatch
         if step is None:
-            self.past_recorded_history(lease)
+            self.shortcuts.past_history(lease)
             return None
-        if (
-            step.status not in _REPLAYED
-            or execution.status is not ExecutionStatus.RUNNING
-            or dispatch is None
-            or dispatch.status is not DispatchStatus.IN_FLIGHT
-            or dispatch.attempt != lease.attempt
-            or dispatch.locked_at is None
-            or self.clock() - dispatch.locked_at >= self._renewal_due
-        ):
-            return None
-        if step.status is StepStatus.SUCCEEDED:
-            return StepDecision(Decision.REPLAY, step.step_id, result=step.result or "null")
-        return StepDecision(Decision.REPLAY, step.step_id, error=step.error or "{}")
+        if step.status is StepStatus.AWAITING_APPROVAL:
+            return None  # its pending approval is not part of this read
+        now = self.clock()
+        renewed_at = dispatch.locked_at if dispatch is not None else None
+        view = LeaseView(
+            lease,
+            live=owns(dispatch, lease),
+            renewed=renewed_at is not None and now - renewed_at < self._renewal_due,
+        )
+        batch = EventBatch(loaded.execution, now)
+        submitted = Submitted(
+            loaded.execution, agent_id, request, replace(slot, recorded=step), view
+        )
+        try:
+            plan = decide(submitted, batch, self.rules)
+        except KernelError:
+            return None  # the locked way gives the refusal, with its checks
+        return plan.decision if plan.writes_nothing(batch) else None
 
     @property
     def _renewal_due(self) -> timedelta:
         """A third of the shortest lease period (§12.3: an agent's own is at least 10 s)."""
         return min(self.settings.dispatch_lease_timeout, _SHORTEST_OWN_LEASE) / 3
 
-    async def _decide_recorded(
-        self, tx: Transaction, step: Step, request: StepRequest, batch: EventBatch
-    ) -> StepDecision:
-        """Rows R1-R6: policy is never consulted for a recorded step."""
-        match step.status:
-            case StepStatus.SUCCEEDED:
-                return StepDecision(Decision.REPLAY, step.step_id, result=step.result or "null")
-            case StepStatus.FAILED | StepStatus.CANCELLED:
-                return StepDecision(Decision.REPLAY, step.step_id, error=step.error or "{}")
-            case StepStatus.AWAITING_APPROVAL:
-                approval = await tx.pending_approval_for_step(step.step_id)
-                return StepDecision(
-                    Decision.BLOCKED, step.step_id, approval_id=approval.id if approval else None
-                )
-            case StepStatus.ALLOWED | StepStatus.PROPOSED:
-                started = steps.start(step, batch.now)
-                await tx.update_step(started)
-                batch.step(EventType.STEP_EXECUTING, started)
-                return StepDecision(Decision.PROCEED, step.step_id)
-            case StepStatus.EXECUTING:
-                return await self._decide_orphan(tx, step, request, batch)
-            case _:
-                reason, rule_id = steps.error_reason(step.error)
-                return StepDecision(
-                    Decision.DENIED,
-                    step.step_id,
-                    reason=reason or "policy_denied",
-                    rule_id=rule_id or None,
-                )
-
-    async def _decide_orphan(
-        self, tx: Transaction, step: Step, request: StepRequest, batch: EventBatch
-    ) -> StepDecision:
-        """An effect that started and never finished (§13): the idempotency submitted now
-        decides whether it may run again."""
-        if request.idempotency is Idempotency.SAFE_TO_RETRY:
-            return StepDecision(Decision.PROCEED, step.step_id)
-        failed = steps.finish(step, StepStatus.FAILED, batch.now, error=steps.INDETERMINATE_ERROR)
-        await tx.update_step(failed)
-        batch.step(EventType.STEP_FAILED, failed, error=failed.error)
-        return StepDecision(Decision.REPLAY, step.step_id, error=steps.INDETERMINATE_ERROR)
-
-    async def _decide_new(
-        self,
-        tx: Transaction,
-        execution: Execution,
-        policy_bundle: str | None,
-        step_id: str,
-        occurrence: int,
-        request: StepRequest,
-        batch: EventBatch,
-    ) -> tuple[StepDecision, Execution]:
-        if execution.status is ExecutionStatus.BLOCKED:
-            return StepDecision(Decision.EXECUTION_BLOCKED), execution
-        step = _new_step(execution.id, step_id, occurrence, request, batch)
-        key = _key(request)
-        if request.idempotency is Idempotency.AT_MOST_ONCE and await tx.has_indeterminate_step(
-            execution.id, key
-        ):
-            result = PolicyResult(
-                PolicyAction.DENY, steps.INDETERMINATE_RETRY_REASON, steps.INDETERMINATE_RETRY_RULE
-            )
-            return await self._record_denied(tx, step, result, batch), execution
-        result = self._evaluate_policy(execution, policy_bundle, request)
-        if result.rate_limit is not None and result.rate_limit.max_calls > 0:
-            limited = await self._check_rate_limit(tx, execution, step, result, batch)
-            if limited is not None:
-                return limited, execution
-        result = await self._apply_budget(tx, execution, result)
-        match result.action:
-            case PolicyAction.ALLOW:
-                return await self._record_allowed(tx, step, result, batch), execution
-            case PolicyAction.DENY:
-                return await self._record_denied(tx, step, result, batch), execution
-            case PolicyAction.REQUIRE_APPROVAL:
-                return await self._record_approval(tx, execution, step, result, batch)
+    async def _apply(
+        self, tx: Transaction, plan: Plan, batch: EventBatch, lease: Lease, key: StepKey, slot: Slot
+    ) -> None:
+        """The plan's writes, in the order its events tell them."""
+        if plan.insert_step is not None:
+            await tx.insert_step(plan.insert_step)
+        if plan.update_step is not None:
+            await tx.update_step(plan.update_step)
+        if plan.approval is not None:
+            await tx.insert_approval(plan.approval)
+        if plan.retire_dispatches:
+            await tx.retire_dispatches(plan.execution.id, batch.now)
+        if plan.park is not None:
+            delay = park_wait(*plan.park, random.randint)
+            await self.enqueue(tx, batch, self.new_dispatch(plan.execution.id, batch.now, delay))
+        if plan.advance_occurrence:
+            await tx.set_occurrence(lease.dispatch_id, key, slot.occurrence)
 
     def _evaluate_policy(
         self, execution: Execution, policy_bundle: str | None, request: StepRequest
@@ -260,96 +209,6 @@ class StepUseCases(ServiceBase):
         return metrics.evaluate_policy(
             bundle, execution.agent_id, request.kind, request.target, request.args
         )
-
-    async def _check_rate_limit(
-        self,
-        tx: Transaction,
-        execution: Execution,
-        step: Step,
-        result: PolicyResult,
-        batch: EventBatch,
-    ) -> StepDecision | None:
-        """§14.7: None when a token was taken; otherwise the refusal or the park."""
-        limit = result.rate_limit
-        assert limit is not None
-        key = _bucket_key(result.rule_id, limit.per_what, execution)
-        wait = await tx.take_rate_token(
-            key, limit.max_calls, limit.window.total_seconds(), batch.now
-        )
-        if wait is None:
-            return None
-        error = steps.reason_error(RATE_LIMIT_EXCEEDED, result.rule_id)
-        max_wait = limit.max_wait.total_seconds() if limit.max_wait else 0.0
-        may_park = 0 < wait <= max_wait and not await tx.has_event_of_type(
-            execution.id, EventType.STEP_RATE_LIMITED
-        )
-        batch.step(EventType.STEP_RATE_LIMITED, step, rule_id=result.rule_id, error=error)
-        if not may_park:
-            return StepDecision(
-                Decision.RATE_LIMITED, reason=RATE_LIMIT_EXCEEDED, rule_id=result.rule_id
-            )
-        delay = park_wait(wait, max_wait, random.randint)
-        await tx.retire_dispatches(execution.id, batch.now)
-        await self.enqueue(tx, batch, self.new_dispatch(execution.id, batch.now, delay))
-        return StepDecision(Decision.BLOCKED, reason=RATE_LIMIT_EXCEEDED)
-
-    async def _apply_budget(
-        self, tx: Transaction, execution: Execution, result: PolicyResult
-    ) -> PolicyResult:
-        """§14.9: checked before the call, so the call that crosses the limit still runs."""
-        budget = result.budget
-        if budget is None or budget.max_tokens <= 0 or result.action is not PolicyAction.ALLOW:
-            return result
-        if await tx.spent_tokens(execution.id) < budget.max_tokens:
-            return result
-        return PolicyResult(
-            budget.on_exceed, BUDGET_EXCEEDED, result.rule_id, approval=result.approval
-        )
-
-    async def _record_allowed(
-        self, tx: Transaction, step: Step, result: PolicyResult, batch: EventBatch
-    ) -> StepDecision:
-        batch.step(EventType.STEP_PROPOSED, step)
-        batch.step(EventType.STEP_ALLOWED, step, rule_id=result.rule_id)
-        executing = steps.start(step, batch.now)
-        await tx.insert_step(executing)
-        batch.step(EventType.STEP_EXECUTING, executing)
-        return StepDecision(Decision.PROCEED, step.step_id)
-
-    async def _record_denied(
-        self, tx: Transaction, step: Step, result: PolicyResult, batch: EventBatch
-    ) -> StepDecision:
-        reason = result.reason or "policy_denied"
-        denied = steps.finish(
-            step, StepStatus.DENIED, batch.now, error=steps.reason_error(reason, result.rule_id)
-        )
-        await tx.insert_step(denied)
-        batch.step(EventType.STEP_PROPOSED, step)
-        batch.step(EventType.STEP_DENIED, denied, rule_id=result.rule_id, error=denied.error)
-        return StepDecision(
-            Decision.DENIED, step.step_id, reason=reason, rule_id=result.rule_id or None
-        )
-
-    async def _record_approval(
-        self,
-        tx: Transaction,
-        execution: Execution,
-        step: Step,
-        result: PolicyResult,
-        batch: EventBatch,
-    ) -> tuple[StepDecision, Execution]:
-        """N3: the execution blocks and its dispatches retire until a person decides."""
-        waiting = _replace_status(step, StepStatus.AWAITING_APPROVAL)
-        await tx.insert_step(waiting)
-        batch.step(EventType.STEP_PROPOSED, step)
-        batch.step(EventType.STEP_AWAITING_APPROVAL, waiting, rule_id=result.rule_id)
-        approval = await create_approval(
-            tx, waiting, result.approval, self.settings.approval_timeout, batch
-        )
-        blocked = transition(execution, ExecutionStatus.BLOCKED, batch.now)
-        batch.execution(EventType.EXECUTION_BLOCKED, blocked)
-        await tx.retire_dispatches(execution.id, batch.now)
-        return StepDecision(Decision.BLOCKED, step.step_id, approval_id=approval.id), blocked
 
     async def complete_step(
         self, execution_id: str, agent_id: str, step_id: str, lease: Lease, result: RawJson
@@ -422,49 +281,68 @@ class StepUseCases(ServiceBase):
         self.bus.publish(execution_id, Delta(step_id=step_id, seq=seq, data=data))
 
 
-async def _at_occurrence(
+async def _resolve_slot(
     tx: Transaction,
     sub: Submission,
-    execution: Execution,
-    occurrence: int,
+    key: StepKey,
+    occurrence: int | None,
+    reported: dict[StepKey, int],
     step_id_for: StepIdFn,
-) -> Submission:
-    """The submission re-read at another occurrence than the counter's: past the steps of its
-    own key that the same request reported, or at the agent's own number."""
-    if occurrence == sub.occurrence:
-        return sub
-    existing = await tx.get_step(step_id_for(occurrence))
-    bundle = sub.policy_bundle
-    if sub.existing is not None and existing is None:
-        bundle = (await tx.get_agent(execution.agent_id)).policy_bundle
-    return replace(sub, occurrence=occurrence, existing=existing, policy_bundle=bundle)
+) -> Slot:
+    """The one place a submission's occurrence is chosen (§7.3): the agent's own number
+    (`step-occurrences`), else past the steps of its key the same request reported, else the
+    dispatch's counter as loaded. The step recorded there is read again only when the
+    occurrence is not the loaded one; a step awaiting approval comes with its approval."""
+    if occurrence is not None:
+        chosen, counted = occurrence, False
+    elif key in reported:
+        chosen, counted = reported[key] + 1, True
+    else:
+        chosen, counted = sub.occurrence, True
+    step_id = step_id_for(chosen)
+    recorded = sub.existing if chosen == sub.occurrence else await tx.get_step(step_id)
+    approval_id = None
+    if recorded is not None and recorded.status is StepStatus.AWAITING_APPROVAL:
+        approval = await tx.pending_approval_for_step(step_id)
+        approval_id = approval.id if approval else None
+    return Slot(chosen, step_id, recorded, counted, approval_id)
 
 
-def _new_step(
-    execution_id: str, step_id: str, occurrence: int, request: StepRequest, batch: EventBatch
-) -> Step:
-    return Step(
-        step_id=step_id,
-        execution_id=execution_id,
-        kind=request.kind,
-        target=request.target,
-        args_hash=request.args_hash,
-        occurrence=occurrence,
-        status=StepStatus.PROPOSED,
-        idempotency=request.idempotency,
-        args=request.args,
-        result=None,
-        error=None,
-        usage_input=None,
-        usage_output=None,
-        proposed_seq=batch.next_seq,
-        started_at=None,
-        completed_at=None,
-    )
+async def _policy_bundle(tx: Transaction, sub: Submission, slot: Slot) -> str | None:
+    """The agent's bundle for a new step. A store may leave it out of a submission whose
+    loaded occurrence was recorded; a new step at another occurrence then reads it."""
+    if sub.existing is not None and slot.occurrence != sub.occurrence:
+        return (await tx.get_agent(sub.execution.agent_id)).policy_bundle
+    return sub.policy_bundle
 
 
-def _replace_status(step: Step, status: StepStatus) -> Step:
-    return replace(step, status=status)
+async def _facts(
+    tx: Transaction,
+    execution: Execution,
+    key: StepKey,
+    request: StepRequest,
+    verdict: PolicyResult,
+    now: datetime,
+) -> Facts:
+    """What deciding a new step reads, and only what its request and verdict need: an
+    indeterminate earlier attempt (`at_most_once`), a rate token (taken here when one is
+    free, §14.7), the tokens spent (§14.9)."""
+    if request.idempotency is Idempotency.AT_MOST_ONCE and await tx.has_indeterminate_step(
+        execution.id, key
+    ):
+        return Facts(indeterminate=True)
+    limit = verdict.rate_limit
+    if limit is not None and has_rate_limit(verdict):
+        bucket = _bucket_key(verdict.rule_id, limit.per_what, execution)
+        wait = await tx.take_rate_token(bucket, limit.max_calls, limit.window.total_seconds(), now)
+        if wait is not None:
+            before = may_park(verdict, wait) and await tx.has_event_of_type(
+                execution.id, EventType.STEP_RATE_LIMITED
+            )
+            return Facts(rate_wait=wait, rate_limited_before=before)
+    if has_budget(verdict):
+        return Facts(spent_tokens=await tx.spent_tokens(execution.id))
+    return NO_FACTS
 
 
 async def apply_outcomes(
@@ -561,7 +439,7 @@ async def _record_reported(
     tx: Transaction, report: StepRecord, step_id: str, occurrence: int, batch: EventBatch
 ) -> Step:
     """A step that ran before it was submitted, with the events of both in turn."""
-    step = _new_step(batch.execution_id, step_id, occurrence, report.request, batch)
+    step = new_step(batch.execution_id, Slot(occurrence, step_id, None), report.request, batch)
     batch.step(EventType.STEP_PROPOSED, step)
     # The grant stands for the permissive policy it was given under.
     batch.step(EventType.STEP_ALLOWED, step, rule_id=PERMISSIVE.rule_id)
