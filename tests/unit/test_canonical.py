@@ -1,4 +1,5 @@
-"""Canonical JSON: literal-preserving parsing and Go-compatible canonical text (PROTOCOL §7.2)."""
+"""Canonical JSON: literal-preserving parsing and Go-compatible canonical text
+(docs/protocol.md §7.2)."""
 
 from __future__ import annotations
 

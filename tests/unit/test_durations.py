@@ -1,4 +1,4 @@
-"""Go duration syntax for configuration values (PROTOCOL §18.2)."""
+"""Go duration syntax for configuration values (docs/protocol.md §18.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Step ids match the shared vectors byte for byte (PROTOCOL §7.1, §7.4)."""
+"""Step ids match the shared vectors byte for byte (docs/protocol.md §7.1, §7.4)."""
 
 from __future__ import annotations
 

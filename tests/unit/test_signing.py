@@ -1,4 +1,4 @@
-"""HMAC signatures: the shared vectors, and what verification refuses (PROTOCOL §2)."""
+"""HMAC signatures: the shared vectors, and what verification refuses (docs/protocol.md §2)."""
 
 from __future__ import annotations
 

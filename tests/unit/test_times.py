@@ -1,4 +1,4 @@
-"""RFC 3339 timestamps on the wire (PROTOCOL §3.3)."""
+"""RFC 3339 timestamps on the wire (docs/protocol.md §3.3)."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def _repair(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """Return the canonical compact JSON text of `value` (PROTOCOL §7.2).
+    """Return the canonical compact JSON text of `value` (docs/protocol.md §7.2).
 
     Accepts what `loads` returns plus plain Python values: `str` (and `str` enums), `int`,
     finite `float`, `bool`, `None`, `dict` with `str` keys, `list` and `tuple`.

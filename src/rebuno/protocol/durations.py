@@ -1,4 +1,4 @@
-"""Go duration syntax (`1h30m`, `1.5s`, `500ms`) to and from `timedelta` (PROTOCOL §18.2).
+"""Go duration syntax (`1h30m`, `1.5s`, `500ms`) to and from `timedelta` (docs/protocol.md §18.2).
 
 Durations are counted in whole nanoseconds within Go's signed 64-bit range, as Go does, then
 truncated toward zero to the microsecond that `timedelta` can hold. Standard library only.

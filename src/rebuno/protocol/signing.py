@@ -1,4 +1,4 @@
-"""HMAC-SHA256 signatures between agents and the kernel (PROTOCOL §2.2, §2.3, §2.5).
+"""HMAC-SHA256 signatures between agents and the kernel (docs/protocol.md §2.2, §2.3, §2.5).
 
 Two schemes share the `Rebuno-Signature` header: `sha256=` signs the body alone (webhooks and
 SDK 0.16), `v1=` signs method, target, timestamp, lease and body. Verifiers compare the whole

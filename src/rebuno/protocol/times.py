@@ -1,4 +1,4 @@
-"""RFC 3339 timestamps as they travel on the wire (PROTOCOL §3.3). Standard library only.
+"""RFC 3339 timestamps as they travel on the wire (docs/protocol.md §3.3). Standard library only.
 
 Emitted in UTC with a `Z` suffix and the fractional seconds trimmed of trailing zeros
 (`2026-07-07T12:00:00.123456Z`, `2026-07-07T12:00:00Z`).

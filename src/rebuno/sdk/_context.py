@@ -2,7 +2,7 @@
 
 Every recording primitive (`@tool`, `wrap_tool`, `step()`, the LLM transport) goes through
 `ExecutionContext.invoke_tool` or `begin_llm`, which submit the step and act on the kernel's
-decision (PROTOCOL §8). It also keeps the lease alive with heartbeats (§12.4). Imports only
+decision (docs/protocol.md §8). It also keeps the lease alive with heartbeats (§12.4). Imports only
 `rebuno.protocol`, httpx-free SDK modules and the models; never the kernel.
 """
 

@@ -1,4 +1,5 @@
-"""The agent's signed client for the kernel's agent routes (PROTOCOL §2.3, §5.2, §12, §16.1).
+"""The agent's signed client for the kernel's agent routes (docs/protocol.md §2.3, §5.2, §12,
+§16.1).
 
 Every request is signed with the `v1=` request scheme; every write carries the lease
 (`Rebuno-Dispatch-Id`, `Rebuno-Dispatch-Attempt`) the webhook was delivered under. The calls

@@ -1,4 +1,4 @@
-"""Parsing and de-duplicating webhook deliveries (PROTOCOL §6), apart from any I/O.
+"""Parsing and de-duplicating webhook deliveries (docs/protocol.md §6), apart from any I/O.
 
 A delivery names an execution and the lease it runs under. At most one run per execution is
 live: a repeat of an attempt already seen is ignored, a newer attempt or another dispatch

@@ -1,5 +1,5 @@
-"""`Client`: the bearer-authenticated caller of the kernel's client API (PROTOCOL §5.1, §5.3,
-§16.2): executions, their events and steps, approvals, and live output streams.
+"""`Client`: the bearer-authenticated caller of the kernel's client API (docs/protocol.md §5.1,
+§5.3, §16.2): executions, their events and steps, approvals, and live output streams.
 
 Requests go through the lean keep-alive pool of `rebuno.wire`; only `stream` (server-sent
 events, long-lived) goes through httpx, opened on first use. Errors come back as the SDK's

@@ -1,6 +1,6 @@
 """The recording transport for httpx: each JSON request made inside an execution becomes an
-`llm_call` step (PROTOCOL §19), so a re-dispatch replays the model's answer instead of paying
-for it again.
+`llm_call` step (docs/protocol.md §19), so a re-dispatch replays the model's answer instead of
+paying for it again.
 
 Refusals come back as 403/429 answers carrying the `rebuno_refusal` marker rather than as
 exceptions, because provider SDKs retry and rewrap exceptions raised inside their transport.

@@ -1,4 +1,4 @@
-"""Deterministic step ids (PROTOCOL §7.1).
+"""Deterministic step ids (docs/protocol.md §7.1).
 
 `step_id` hashes the length-prefixed fields `execution_id`, `kind`, `target`, `args_hash` and
 `occurrence`, so the same effect at the same position of a delivery attempt always gets the same
