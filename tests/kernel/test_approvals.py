@@ -144,3 +144,23 @@ async def test_cancel_expires_pending_approvals(blocked: tuple[Run, str, str]) -
     assert approval.status is ApprovalStatus.EXPIRED
     assert approval.rationale == "execution_cancelled"
     assert (await run.kernel.get_step(run.execution_id, step_id)).status is StepStatus.DENIED
+
+
+@pytest.mark.parametrize("decide", ["grant", "deny"])
+async def test_a_decision_at_or_after_the_timeout_resolves_the_approval_as_expired(
+    blocked: tuple[Run, str, str], clock: ManualClock, decide: str
+) -> None:
+    run, step_id, approval_id = blocked
+    clock.advance(timedelta(minutes=5))  # exactly `timeout_at`: the sweep has not run yet
+
+    resolve = run.kernel.grant_approval if decide == "grant" else run.kernel.deny_approval
+    with pytest.raises(Conflict, match="expired"):
+        await resolve(approval_id, "alice", "looks fine")
+
+    approval = await run.kernel.get_approval(approval_id)
+    assert (approval.status, approval.decided_by) == (ApprovalStatus.EXPIRED, None)
+    step = await run.kernel.get_step(run.execution_id, step_id)
+    assert step.status is StepStatus.DENIED
+    assert "approval_timeout" in (step.error or "")
+    assert (await run.execution()).status is ExecutionStatus.RUNNING
+    assert await lifecycle.expire_approvals(run.kernel) == 0  # nothing left for the sweep

@@ -53,15 +53,21 @@ class ApprovalUseCases(ServiceBase):
     async def _resolve(
         self, approval_id: str, status: ApprovalStatus, decided_by: str, rationale: str
     ) -> None:
+        """A person's decision that arrives at or after `timeout_at` resolves the approval as
+        expired, whenever the expiry sweep runs (§15), and is then refused with `Conflict`."""
         execution_id = (await self.store.get_approval(approval_id)).execution_id
+        late = False
         async with self.transaction(execution_id) as tx:
             approval = await tx.get_approval(approval_id)
             if approval.status is not ApprovalStatus.PENDING:
                 raise Conflict(f"approval {approval_id} is already {approval.status}")
-            if status is not ApprovalStatus.EXPIRED:
+            now = self.clock()
+            late = status is not ApprovalStatus.EXPIRED and now >= approval.timeout_at
+            if late:
+                status, decided_by, rationale = ApprovalStatus.EXPIRED, "", "timeout"
+            elif status is not ApprovalStatus.EXPIRED:
                 _check_approver(approval, decided_by)
             execution = await tx.get_execution(execution_id)
-            now = self.clock()
             if status is ApprovalStatus.EXPIRED and now < approval.timeout_at:
                 raise Conflict(f"approval {approval_id} has not timed out")
             batch = EventBatch(execution, now)
@@ -88,6 +94,8 @@ class ApprovalUseCases(ServiceBase):
             await self.enqueue(tx, batch, self.new_dispatch(execution_id, now))
             await flush(tx, resumed, batch)
         self.wake()
+        if late:
+            raise Conflict(f"approval {approval_id} expired at {approval.timeout_at.isoformat()}")
 
     async def _settle_step(
         self,
