@@ -45,8 +45,18 @@ def test_environment_is_expanded_before_yaml_parsing(tmp_path: Path) -> None:
     assert (spec.webhook_url, spec.secret) == ("http://h/w", "s")
 
 
-def test_unset_variables_are_left_as_dollar_name() -> None:
-    assert expand_env("a ${MISSING} b $ALSO_MISSING $ c", {}) == "a $MISSING b $ALSO_MISSING $ c"
+def test_a_double_dollar_is_a_literal_dollar_and_a_lone_one_stays() -> None:
+    assert expand_env("a $$HOME b $ c $1", {}) == "a $HOME b $ c $1"
+
+
+@pytest.mark.parametrize("reference", ["${AGENT_SECRET}", "$AGENT_SECRET"])
+def test_an_unset_variable_refuses_the_manifest_naming_it(tmp_path: Path, reference: str) -> None:
+    manifest = write(
+        tmp_path / "rebuno.yaml",
+        f"agents:\n  - id: a\n    webhook_url: http://h/w\n    secret: {reference}\n",
+    )
+    with pytest.raises(ValidationFailed, match=r"line 4: environment variable AGENT_SECRET is not"):
+        load_manifest(manifest, env={})
 
 
 def test_policy_file_is_read_relative_to_the_manifest(tmp_path: Path) -> None:

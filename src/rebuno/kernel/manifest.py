@@ -20,7 +20,7 @@ from ruamel.yaml.error import YAMLError
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.policy.loader import load_bundle
 
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_VARIABLE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +46,31 @@ def load_manifest(path: str, env: Mapping[str, str] | None = None) -> list[Agent
         raw = manifest.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValidationFailed(f"cannot read manifest {path}: {_reason(exc)}") from None
-    document = _parse_yaml(expand_env(raw, os.environ if env is None else env), path)
+    try:
+        expanded = expand_env(raw, os.environ if env is None else env)
+    except KeyError as exc:
+        line = raw[: raw.find("$" + str(exc.args[0]))].count("\n") + 1
+        raise ValidationFailed(
+            f"manifest {path}, line {line}: environment variable {exc.args[0]} is not set "
+            "(write $$ for a literal $)"
+        ) from None
+    document = _parse_yaml(expanded, path)
     entries = _agent_entries(document, path)
     return [_spec(index, entry, manifest.parent) for index, entry in enumerate(entries)]
 
 
 def expand_env(text: str, env: Mapping[str, str]) -> str:
-    """`$NAME` and `${NAME}` become the variable's value; an unset one is left as `$NAME`."""
+    """`$NAME` and `${NAME}` become the variable's value and `$$` a literal `$`. An unset
+    variable raises `KeyError` with its name: a secret must never silently be the text
+    `$NAME`."""
 
     def substitute(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        return env.get(name, "$" + name)
+        if match.group(1):
+            return "$"
+        name = match.group(2) or match.group(3)
+        if name not in env:
+            raise KeyError(name)
+        return env[name]
 
     return _VARIABLE.sub(substitute, text)
 
