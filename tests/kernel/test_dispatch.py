@@ -129,8 +129,13 @@ async def test_failed_deliveries_retry_then_exhaust(
     assert failed.failure_reason == "dispatch_exhausted"
     assert [d["dispatch_attempt"] for d in agent.deliveries] == [1, 2, 3]
     types = await event_types(live_kernel, execution.id)
-    assert types.count("dispatch.failed") == 3
-    assert types[-1] == "execution.failed"
+    # The agent was never reached: pending -> failed, without `execution.started` (§10.1).
+    assert types == [
+        "execution.created",
+        "dispatch.queued",
+        *["dispatch.failed"] * 3,
+        "execution.failed",
+    ]
 
 
 async def test_expired_lease_is_redelivered_with_the_next_attempt(

@@ -15,7 +15,10 @@ from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.events import EventType
 
 _ALLOWED: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
-    ExecutionStatus.PENDING: frozenset({ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED}),
+    # A pending execution fails without starting when its agent was never reached (§10.1).
+    ExecutionStatus.PENDING: frozenset(
+        {ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED, ExecutionStatus.FAILED}
+    ),
     ExecutionStatus.RUNNING: frozenset(
         {
             ExecutionStatus.BLOCKED,

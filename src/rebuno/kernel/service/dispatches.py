@@ -207,7 +207,9 @@ async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:
 
 
 async def _exhausted(tx: Transaction, execution: Execution, now: datetime) -> None:
-    await finish_execution(tx, execution, ExecutionStatus.FAILED, None, DISPATCH_EXHAUSTED, now)
+    await finish_execution(
+        tx, execution, ExecutionStatus.FAILED, None, DISPATCH_EXHAUSTED, now, reached=False
+    )
 
 
 async def _acknowledge(

@@ -282,12 +282,17 @@ async def finish_execution(
     outcomes: Sequence[Carried] = (),
     dispatch_id: str = "",
     recorded: Outcomes | None = None,
+    *,
+    reached: bool = True,
 ) -> Execution:
     """Completes or fails an execution the caller has locked and checked the lease of;
     `outcomes` were carried by the lease of `dispatch_id` (`recorded`: what they need read,
-    when the caller read it). Returns the record as written."""
+    when the caller read it). Returns the record as written. `reached`: the agent asked for
+    this end, so a `pending` execution starts first; otherwise (every delivery failed) it
+    fails without ever having started (§10.1)."""
     batch = EventBatch(execution, now)
-    execution = mark_started(execution, batch)
+    if reached:
+        execution = mark_started(execution, batch)
     await apply_outcomes(
         tx, execution.id, dispatch_id, outcomes, batch, recorded=recorded, counting=False
     )
