@@ -39,6 +39,29 @@ async def test_registered_agent_is_returned_without_its_secret(
     assert "top-secret" not in listed.text + fetched.text
 
 
+@pytest.mark.parametrize(
+    "lease", ["0", "-1", "1e12", "1e20", "1e300", "1e999", "604801", "9" * 5000]
+)
+async def test_a_lease_that_is_not_a_finite_week_or_less_is_refused(
+    client: httpx.AsyncClient, lease: str
+) -> None:
+    body = '{"id": "writer", "webhook_url": "http://127.0.0.1:9/w", "secret": "s", '
+    body += f'"lease_timeout_seconds": {lease}}}'
+
+    response = await client.post(
+        "/v0/agents", content=body, headers={"Content-Type": "application/json"}
+    )
+
+    assert_error(response, 400, "validation_error")
+    assert (await client.get("/v0/agents/writer")).status_code == 404
+    assert (await client.get("/v0/agents")).status_code == 200
+
+
+async def test_a_lease_of_a_week_is_accepted(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v0/agents", json={**WRITER, "lease_timeout_seconds": 604800})
+    assert response.status_code == 201
+
+
 async def test_agents_are_listed_by_id(client: httpx.AsyncClient) -> None:
     await client.post("/v0/agents", json={**WRITER, "id": "zeta"})
     await client.post("/v0/agents", json={**WRITER, "id": "alpha"})

@@ -103,7 +103,7 @@ def test_inline_policy_is_kept_as_text(tmp_path: Path) -> None:
         ),
         (
             "  - id: a\n    webhook_url: http://h\n    secret: s\n    lease_timeout_seconds: -1\n",
-            "agents[0]: lease_timeout_seconds must be a positive number",
+            "agents[0]: lease_timeout_seconds must be a finite number of seconds above 0",
         ),
     ],
 )

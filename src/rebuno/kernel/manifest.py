@@ -17,6 +17,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from rebuno.kernel.domain.dispatch import lease_timeout_problem
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.policy.loader import load_bundle
 
@@ -131,8 +132,10 @@ def _lease_timeout(entry: Mapping[str, Any], where: str) -> float | None:
     value = entry.get("lease_timeout_seconds")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationFailed(f"{where}: lease_timeout_seconds must be a positive number")
+    if problem := lease_timeout_problem(float(value)):
+        raise ValidationFailed(f"{where}: {problem}")
     return float(value)
 
 

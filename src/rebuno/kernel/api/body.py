@@ -111,7 +111,10 @@ def number_field(body: JsonObject, key: str) -> float | None:
         return None
     if not isinstance(value, JsonNumber):
         raise ValidationFailed(f"validation error: {key} must be a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer literal too large for a float
+        raise ValidationFailed(f"validation error: {key} is out of range") from None
 
 
 def _is_integer_literal(literal: str) -> bool:

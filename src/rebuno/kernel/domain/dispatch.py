@@ -6,6 +6,7 @@ Must not import anything outside `rebuno.protocol` and the domain.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,6 +18,9 @@ from rebuno.kernel.domain.records import Agent, Dispatch, Lease
 from rebuno.protocol.enums import DispatchStatus
 
 MIN_AGENT_LEASE_SECONDS = 10.0
+MAX_AGENT_LEASE_SECONDS = 7 * 24 * 3600.0
+"""The longest lease an agent may ask for (a week): a larger value would push the lease's
+expiry past what timestamps can hold and stop lease recovery."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,16 @@ def owns(dispatch: Dispatch | None, lease: Lease) -> bool:
         and dispatch.attempt == lease.attempt
         and dispatch.status is DispatchStatus.IN_FLIGHT
     )
+
+
+def lease_timeout_problem(value: float) -> str | None:
+    """Why an agent's `lease_timeout_seconds` is refused, or None: it must be a finite
+    number of seconds above zero and at most `MAX_AGENT_LEASE_SECONDS`."""
+    if not math.isfinite(value) or value <= 0:
+        return "lease_timeout_seconds must be a finite number of seconds above 0"
+    if value > MAX_AGENT_LEASE_SECONDS:
+        return f"lease_timeout_seconds must be at most {MAX_AGENT_LEASE_SECONDS:.0f} (a week)"
+    return None
 
 
 def effective_lease(agent: Agent, default: timedelta) -> float:

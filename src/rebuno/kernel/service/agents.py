@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from rebuno.kernel.domain.dispatch import lease_timeout_problem
 from rebuno.kernel.domain.errors import NotFound, ValidationFailed
 from rebuno.kernel.domain.records import Agent
 from rebuno.kernel.service.base import ServiceBase
@@ -40,8 +41,10 @@ class AgentUseCases(ServiceBase):
         for field, value in (("id", agent_id), ("webhook_url", webhook_url), ("secret", secret)):
             if not value:
                 raise ValidationFailed(f"validation error: agent {field} is required")
-        if lease_timeout_seconds is not None and lease_timeout_seconds <= 0:
-            raise ValidationFailed("validation error: lease_timeout_seconds must be positive")
+        if lease_timeout_seconds is not None and (
+            problem := lease_timeout_problem(lease_timeout_seconds)
+        ):
+            raise ValidationFailed(f"validation error: {problem}")
         if policy_bundle:
             self.bundles.get(policy_bundle)
         agent = Agent(
