@@ -17,6 +17,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from rebuno.kernel.api.body import read_body
+from rebuno.kernel.api.params import is_agent_id
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.errors import Unauthorized
 from rebuno.protocol.signing import (
@@ -74,6 +75,8 @@ class Authenticator:
         """The authenticated agent id, or `Unauthorized`."""
         headers = request.headers
         agent_id = _exactly_once(headers, AGENT_ID_HEADER)
+        if not is_agent_id(agent_id):  # never looked up, so never remembered either
+            raise Unauthorized(_SIGNATURE_FAILED)
         signature = _exactly_once(headers, SIGNATURE_HEADER)
         fields = _signed_fields(headers)
         secret = await self._secret_of(agent_id)

@@ -56,7 +56,29 @@ def parse_object(body: bytes) -> JsonObject:
         raise ValidationFailed(f"validation error: invalid JSON body: {exc}") from None
     if not isinstance(value, dict):
         raise ValidationFailed("validation error: request body must be a JSON object")
+    if too_deep(value, MAX_DEPTH):
+        raise ValidationFailed(f"validation error: JSON nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+MAX_DEPTH = 128
+"""How deeply a request body's JSON may nest: canonical encoding, hashing and rendering all
+walk it, and none of them should meet Python's recursion limit."""
+
+
+def too_deep(value: object, limit: int) -> bool:
+    """Whether `value` nests arrays and objects more than `limit` levels (iteratively)."""
+    level: list[object] = [value]
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)
 
 
 def is_text(value: object) -> bool:
@@ -73,6 +95,8 @@ def text_field(body: JsonObject, key: str, *, required: bool = False) -> str:
         raise ValidationFailed(f"validation error: {key} must be a string")
     if required and not value:
         raise ValidationFailed(f"validation error: {key} is required")
+    if "\x00" in value:
+        raise ValidationFailed(f"validation error: {key} must not contain a NUL character")
     return str(value)
 
 
@@ -87,6 +111,8 @@ def integer_field(body: JsonObject, key: str) -> int:
     value = body.get(key)
     if not isinstance(value, JsonNumber) or not _is_integer_literal(value):
         raise ValidationFailed(f"validation error: {key} must be an integer")
+    if len(value.lstrip("+-")) > 19:  # past 64 bits; a longer literal is not even parsed
+        raise ValidationFailed(f"validation error: {key} is out of range")
     return int(value)
 
 

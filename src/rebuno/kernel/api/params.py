@@ -26,6 +26,37 @@ _UUID = re.compile(
 )
 
 
+MAX_AGENT_ID = 128
+# An agent id travels in paths and in the `Rebuno-Agent-Id` header: no separators of a URL,
+# no white space or control characters (PostgreSQL text cannot hold NUL).
+_AGENT_ID = re.compile(rf"[^/?#%\s\x00-\x1f\x7f]{{1,{MAX_AGENT_ID}}}")
+_STEP_ID = re.compile(r"[0-9a-f]{64}")
+INT64_MAX = 2**63 - 1
+MAX_ATTEMPT = 2**31 - 1
+
+
+def is_agent_id(value: str) -> bool:
+    """1 to 128 characters, none of them `/ ? # %`, white space or a control character."""
+    return _AGENT_ID.fullmatch(value) is not None
+
+
+def agent_id(value: str) -> str:
+    """`value` when it is an agent id (`is_agent_id`), else a 400."""
+    if not is_agent_id(value):
+        raise ValidationFailed(
+            f"validation error: invalid agent id: 1 to {MAX_AGENT_ID} characters, without"
+            " '/', '?', '#', '%', white space or control characters"
+        )
+    return value
+
+
+def step_id(value: str) -> str:
+    """A step id as the kernel derives them: 64 lowercase hex digits (§7)."""
+    if _STEP_ID.fullmatch(value) is None:
+        raise ValidationFailed("validation error: invalid step id: not 64 lowercase hex digits")
+    return value
+
+
 def parse_uuid(value: str, what: str) -> str:
     """A UUID in any case, passed on in its canonical lowercase form."""
     match = _UUID.fullmatch(value)
@@ -41,7 +72,12 @@ def first(params: QueryParams, key: str) -> str:
 
 
 def _integer(text: str) -> int | None:
-    return int(text) if _INTEGER.fullmatch(text) else None
+    """A decimal integer, clamped to 64 bits (so a 5,000-digit one is not parsed at all)."""
+    if _INTEGER.fullmatch(text) is None:
+        return None
+    if len(text.lstrip("+-")) > 19:
+        return -INT64_MAX if text.startswith("-") else INT64_MAX
+    return max(-INT64_MAX, min(int(text), INT64_MAX))
 
 
 def page_limit(params: QueryParams, *, default: int, maximum: int, strict: bool) -> int:
@@ -80,9 +116,10 @@ def required_lease(headers: Headers) -> Lease:
     if attempt is None:
         raise ValidationFailed(f"validation error: missing {DISPATCH_ATTEMPT_HEADER}")
     number = _integer(attempt.strip())
-    if number is None or number < 1:
+    if number is None or not 1 <= number <= MAX_ATTEMPT:
         raise ValidationFailed(
-            f"validation error: invalid {DISPATCH_ATTEMPT_HEADER}: must be an integer >= 1"
+            f"validation error: invalid {DISPATCH_ATTEMPT_HEADER}: must be an integer from 1"
+            f" to {MAX_ATTEMPT}"
         )
     return Lease(dispatch_id=parse_uuid(dispatch_id.strip(), DISPATCH_ID_HEADER), attempt=number)
 

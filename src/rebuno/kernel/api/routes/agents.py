@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import is_text, number_field, parse_object, text_field
 from rebuno.kernel.api.routing import route
@@ -37,7 +38,7 @@ class AgentRoutes:
         if bundle is not None and not is_text(bundle):
             raise ValidationFailed("validation error: policy_bundle must be a string")
         agent = await self._kernel.register_agent(
-            text_field(body, "id", required=True),
+            params.agent_id(text_field(body, "id", required=True)),
             text_field(body, "webhook_url", required=True),
             text_field(body, "secret", required=True),
             number_field(body, "lease_timeout_seconds"),
@@ -54,12 +55,12 @@ class AgentRoutes:
 
     async def get(self, request: Request) -> Response:
         await self._gate.client(request)
-        agent = await self._kernel.get_agent(request.path_params["agent_id"])
+        agent = await self._kernel.get_agent(params.agent_id(request.path_params["agent_id"]))
         return json_response(render_agent(agent))
 
     async def delete(self, request: Request) -> Response:
         await self._gate.client(request)
-        await self._kernel.delete_agent(request.path_params["agent_id"])
+        await self._kernel.delete_agent(params.agent_id(request.path_params["agent_id"]))
         return no_content()
 
     async def metadata(self, request: Request) -> Response:

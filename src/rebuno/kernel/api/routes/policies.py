@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import is_text, parse_object
 from rebuno.kernel.api.routing import route
@@ -30,5 +31,5 @@ class PolicyRoutes:
         bundle = body.get("bundle")
         if not is_text(bundle):
             raise ValidationFailed('validation error: bundle must be a string ("" removes it)')
-        await self._kernel.set_policy(request.path_params["agent_id"], str(bundle))
+        await self._kernel.set_policy(params.agent_id(request.path_params["agent_id"]), str(bundle))
         return no_content()

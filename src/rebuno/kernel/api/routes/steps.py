@@ -74,7 +74,7 @@ class StepRoutes:
     async def get(self, request: Request) -> Response:
         caller = await self._gate.client_or_agent(request)
         step = await self._kernel.get_step(
-            execution_id(request), request.path_params["step_id"], caller.agent_id
+            execution_id(request), params.step_id(request.path_params["step_id"]), caller.agent_id
         )
         return json_response(render_step(step))
 
@@ -109,6 +109,6 @@ class StepRoutes:
         lease = params.required_lease(request.headers)
         reject_present(body, CAPTURE_FIELDS, NO_RESOURCES)
         outcome = raw_field(body, field) or "null"
-        step_id = request.path_params["step_id"]
+        step_id = params.step_id(request.path_params["step_id"])
         decision = await record(target, caller.agent_id, step_id, lease, outcome)
         return json_response(render_decision(decision))

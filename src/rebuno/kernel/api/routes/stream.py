@@ -68,7 +68,12 @@ class StreamRoutes:
         seq = delta_seq(integer_field(body, "seq"))
         data = delta_data(text_field(body, "data"))
         await self._kernel.publish_delta(
-            target, caller.agent_id, request.path_params["step_id"], lease, seq, data
+            target,
+            caller.agent_id,
+            params.step_id(request.path_params["step_id"]),
+            lease,
+            seq,
+            data,
         )
         return no_content()
 
