@@ -2,9 +2,10 @@
 
 Run as `python -m bench.agent`; configured by the environment: `REBUNO_URL`,
 `REBUNO_AGENT_SECRET`, `BENCH_AGENT_ID`, `BENCH_PORT`, `BENCH_MARKS` (a JSON-lines file the
-harness reads: webhook arrivals, step bodies, finished loops) and `BENCH_CRASH_AT` (the step
-whose body kills this process with SIGKILL, after every earlier step was recorded: an
-`at_most_once` step just before it records them).
+harness reads: the agent's start, webhook arrivals, step bodies, finished loops),
+`BENCH_CRASH_AT` (the step whose body kills this process with SIGKILL),
+`BENCH_DURABILITY` (passed to `Agent` as `durability=` unless empty: the default is left to the
+SDK) and `BENCH_INSTANCE` (passed as `instance=` when this SDK's `Agent` accepts it).
 
 The agent is served exactly as a user would serve it (`Agent.app` under uvicorn); the only
 addition is a thin ASGI wrapper that notes when each webhook arrives. Imports only the public
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import itertools
 import json
 import os
@@ -69,11 +71,6 @@ async def work(
     ends: list[int] = []
     last: Any = None
     for i in range(steps):
-        if mark and i + 1 == CRASH_AT:
-            # A step that must not run twice is recorded before its body runs, and with it
-            # every step before it: without this, steps the SDK has not reported yet (see
-            # `step-records`) would run again after the crash, as they safely may.
-            await step("checkpoint", _nothing, idempotency="at_most_once")
         last = await step("work", payload, args={"i": i, "mark": mark})
         ends.append(time.perf_counter_ns())
     if hold or gate:
@@ -121,8 +118,21 @@ def noting_arrivals(app: App) -> App:
     return wrapped
 
 
+def build() -> Agent:
+    """The agent as the environment asks for it; notes which options it was given."""
+    options: dict[str, Any] = {}
+    if durability := os.environ.get("BENCH_DURABILITY", ""):
+        options["durability"] = durability
+    instance = os.environ.get("BENCH_INSTANCE", "")
+    # Not every version of the SDK has `instance=`: it is passed only when `Agent` takes it.
+    if instance and "instance" in inspect.signature(Agent).parameters:
+        options["instance"] = instance
+    MARKS.write(ev="start", pid=os.getpid(), **options)
+    return Agent(os.environ.get("BENCH_AGENT_ID", "bench"), **options)
+
+
 def main() -> None:
-    agent = Agent(os.environ.get("BENCH_AGENT_ID", "bench"))
+    agent = build()
     agent.bind(work)
     port = int(os.environ["BENCH_PORT"])
     # As `Agent.run` does before serving (docs/sdk.md): E restarts this process for every

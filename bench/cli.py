@@ -1,8 +1,9 @@
 """`python -m bench` (what `make bench` and `scripts/bench` run): picks the stores, the
-scenarios and the sizes, runs them, prints the table and writes `bench/results/<time>.json`.
+scenarios, the agent modes of A and B and the sizes, runs them, prints the table and writes
+`bench/results/<time>.json`.
 
 Options come from flags or from the environment (`BENCH_QUICK=1`, `BENCH_STORES`,
-`BENCH_SCENARIOS`, `BENCH_REPS`), so `make bench BENCH_QUICK=1` works too.
+`BENCH_SCENARIOS`, `BENCH_MODES`, `BENCH_REPS`), so `make bench BENCH_QUICK=1` works too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.floor import commit_floor
+from bench.modes import BY_NAME, HEADLINE, Mode
 from bench.outcome import Context, Outcome, Scenario
 from bench.processes import ROOT
 from bench.recovery import recovery, replay_cost
@@ -39,6 +41,8 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "E": ("E", replay_cost),
     "F": ("AF", sequential_latency),
 }
+MODAL = ("AF", "BD")
+"""The scenarios that run once per agent mode; the others run in the headline mode."""
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -49,6 +53,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios", default=env("BENCH_SCENARIOS", "A,B,C,D,E,F"), help="any of A-F"
+    )
+    parser.add_argument(
+        "--modes",
+        default=env("BENCH_MODES", ",".join(BY_NAME)),
+        help="the agent modes of A and B: any of " + ", ".join(BY_NAME),
     )
     parser.add_argument("--quick", action="store_true", default=env("BENCH_QUICK") == "1")
     parser.add_argument("--reps", type=int, default=int(env("BENCH_REPS") or 0) or None)
@@ -93,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     stores = chosen(args.stores, STORES)
     letters = chosen(args.scenarios.upper(), list(SCENARIOS))
+    modes = [BY_NAME[name] for name in chosen(args.modes, list(BY_NAME))]
     sizes = QUICK if args.quick else FULL
     if args.reps:
         sizes = dataclasses.replace(sizes, reps=args.reps)
@@ -100,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {SCENARIOS[letter][0]: SCENARIOS[letter][1] for letter in letters}
     scratch = Path(tempfile.mkdtemp(prefix="rebuno-bench-"))
     started, clock = datetime.now(UTC), time.monotonic()
-    report = run(stores, runs, sizes, scratch, args.profile)
+    report = run(stores, runs, modes, sizes, scratch, args.profile)
     report.derive()
     print(report.table())
     document = {
@@ -121,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(
     stores: list[str],
     runs: dict[str, Scenario],
+    modes: list[Mode],
     sizes: Sizes,
     scratch: Path,
     profile: Path | None,
@@ -133,10 +144,19 @@ def run(
         print(f"[{_clock()}] {store}: reference ...", file=sys.stderr, flush=True)
         _attempt(report, f"{store} reference", reference, bare, report.floor)
         for name, scenario in runs.items():
-            print(f"[{_clock()}] {store}: {name} ...", file=sys.stderr, flush=True)
-            ctx = Context(store, scratch / store, sizes, profile)
-            _attempt(report, f"{store} {name}", scenario, ctx, report.outcome(store))
+            for mode in modes if name in MODAL else [HEADLINE]:
+                where = f"{store} {name}" + ("" if mode is HEADLINE else f" {mode.name}")
+                print(f"[{_clock()}] {where} ...", file=sys.stderr, flush=True)
+                ctx = Context(store, scratch / store, _for_mode(sizes, mode), profile, mode)
+                _attempt(report, where, scenario, ctx, report.outcome(store))
     return report
+
+
+def _for_mode(sizes: Sizes, mode: Mode) -> Sizes:
+    """The sizes a mode runs with: the modes beside the headline repeat less (`mode_reps`)."""
+    if mode is HEADLINE:
+        return sizes
+    return dataclasses.replace(sizes, reps=min(sizes.reps, sizes.mode_reps))
 
 
 def _attempt(report: Report, where: str, scenario: Scenario, ctx: Context, into: Outcome) -> None:

@@ -1,6 +1,6 @@
 """What a scenario hands back to the report: its figures and the details behind them.
 
-Standard library and the bench's stats only.
+Standard library, the bench's stats and its modes only.
 """
 
 from __future__ import annotations
@@ -10,18 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.modes import HEADLINE, Mode
 from bench.sizes import Sizes
 from bench.stats import Figure, figure
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """Where and how big: the store to run on, a scratch directory, the knobs."""
+    """Where and how big: the store to run on, a scratch directory, the knobs, and the agent's
+    mode (A and B run in each; the others in the headline mode only)."""
 
     store: str
     workdir: Path
     sizes: Sizes
     profile_dir: Path | None = None
+    mode: Mode = HEADLINE
 
 
 @dataclass(slots=True)

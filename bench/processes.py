@@ -144,11 +144,29 @@ class Kernel(Process):
             return False
 
 
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    """What the benchmark agent passes to `Agent`: `durability` (`""` leaves the SDK's
+    default) and `instance` (`""`: none)."""
+
+    durability: str = ""
+    instance: str = ""
+
+
+DEFAULT_OPTIONS = AgentOptions()
+
+
 class AgentProcess(Process):
     """The benchmark agent (`python -m bench.agent`) serving its webhook on `port`."""
 
     def __init__(
-        self, kernel_url: str, port: int, marks: Path, log: Path, crash_at: int = 0
+        self,
+        kernel_url: str,
+        port: int,
+        marks: Path,
+        log: Path,
+        options: AgentOptions,
+        crash_at: int = 0,
     ) -> None:
         env = {
             "REBUNO_URL": kernel_url,
@@ -157,6 +175,8 @@ class AgentProcess(Process):
             "BENCH_PORT": str(port),
             "BENCH_MARKS": str(marks),
             "BENCH_CRASH_AT": str(crash_at),
+            "BENCH_DURABILITY": options.durability,
+            "BENCH_INSTANCE": options.instance,
         }
         super().__init__([sys.executable, "-m", "bench.agent"], log, env)
         self.port = port

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from bench.outcome import Context, Outcome
-from bench.processes import AGENT_ID, poll
+from bench.processes import AGENT_ID, AgentOptions, poll
 from bench.rig import Rig, rig
 from bench.scenarios import warm_up
 from bench.sizes import Sizes
@@ -31,15 +31,22 @@ def _kernel_env(ctx: Context) -> dict[str, str]:
     }
 
 
+C_INSTANCE = "bench-c"
+"""C's agent's stable instance name, passed when the SDK's `Agent` takes `instance=`: a
+restarted agent that announces it lets the kernel redeliver at once, not after the lease."""
+
+
 def recovery(ctx: Context) -> Outcome:
-    """C: the agent SIGKILLs itself inside step `c_crash_at`; a new agent is started at once.
-    The figure is from that restart to the kernel recording the execution completed."""
+    """C: the agent, the default `Agent` running plain `step()` calls, SIGKILLs itself inside
+    step `c_crash_at`; a new agent is started at once. The figure is from that restart to the
+    kernel recording the execution completed."""
     sizes, outcome = ctx.sizes, Outcome()
-    with rig(ctx.store, ctx.workdir / "C", _kernel_env(ctx), ctx.sizes) as current:
+    options = AgentOptions(instance=C_INSTANCE)
+    with rig(ctx.store, ctx.workdir / "C", _kernel_env(ctx), sizes, options=options) as current:
         reps = [_recovery_rep(current, ctx) for _ in range(sizes.reps)]
     outcome.add_from(reps, {"recovery": "s", "recovery_seen_by_client": "s"}, "C")
     outcome.details["C.lease_s"] = sizes.lease_seconds
-    outcome.details["C.target_s"] = sizes.lease_seconds + 1
+    outcome.details["C.agent_instance"] = reps[-1]["instance"] or "none (Agent takes no instance=)"
     outcome.details["C.steps_before_crash_ran_once"] = all(rep["verified"] for rep in reps)
     outcome.details["C.step_runs"] = [rep["runs"] for rep in reps]
     return outcome
@@ -57,17 +64,19 @@ def _recovery_rep(current: Rig, ctx: Context) -> dict[str, Any]:
     done = asyncio.run(_wait(current, execution_id, sizes.wait_timeout))
     seen = time.perf_counter() - restarted
     completed = datetime.fromisoformat(done["updated_at"]).timestamp()
+    marks = current.new_marks()
     runs = Counter(
-        mark["i"]
-        for mark in current.new_marks()
-        if mark["ev"] == "step" and mark["execution_id"] == execution_id
+        mark["i"] for mark in marks if mark["ev"] == "step" and mark["execution_id"] == execution_id
     )
+    # Every step before the crash ran once; the one cut short by it may run again.
     before = range(1, sizes.c_crash_at)
+    started = [mark for mark in marks if mark["ev"] == "start"]
     return {
         "recovery": completed - restarted_wall,
         "recovery_seen_by_client": seen,
         "verified": all(runs[i] == 1 for i in before) and len(runs) == sizes.c_steps,
         "runs": {str(i): runs[i] for i in sorted(runs)},
+        "instance": started[-1].get("instance", "") if started else "",
     }
 
 

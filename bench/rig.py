@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.processes import TOKEN, AgentProcess, Kernel, Store, free_port, fresh_store
+from bench.processes import (
+    DEFAULT_OPTIONS,
+    TOKEN,
+    AgentOptions,
+    AgentProcess,
+    Kernel,
+    Store,
+    free_port,
+    fresh_store,
+)
 from bench.sizes import Sizes
 
 
@@ -26,6 +35,7 @@ class Rig:
     workdir: Path
     agent_port: int
     marks: Path
+    options: AgentOptions
     restarts: int = 0
     _read: int = field(default=0)
 
@@ -39,10 +49,13 @@ class Rig:
         return self.store.url.rsplit("/", 1)[-1] if self.store.name == "postgres" else ""
 
     def start_agent(self, crash_at: int = 0) -> AgentProcess:
-        """A new agent process (the old one must be dead or stopped); not yet listening."""
+        """A new agent process with the rig's options (the old one must be dead or stopped);
+        not yet listening."""
         self.restarts += 1
         log = self.workdir / f"agent-{self.restarts}.log"
-        self.agent = AgentProcess(self.kernel.url, self.agent_port, self.marks, log, crash_at)
+        self.agent = AgentProcess(
+            self.kernel.url, self.agent_port, self.marks, log, self.options, crash_at
+        )
         return self.agent
 
     def new_marks(self) -> list[dict[str, Any]]:
@@ -65,11 +78,12 @@ def rig(
     kernel_env: Mapping[str, str],
     sizes: Sizes,
     policy: str | None = None,
+    options: AgentOptions = DEFAULT_OPTIONS,
 ) -> Iterator[Rig]:
-    """A kernel on a fresh `store_name` store and a listening agent (with `policy`, if any);
-    both stopped afterwards. On PostgreSQL, `sizes.pg_workers` above 1 runs the kernel as that
-    many worker processes; `sizes.step_records` 0 turns the kernel's `step-records` extension
-    off."""
+    """A kernel on a fresh `store_name` store and a listening agent built with `options`
+    (registered with `policy`, if any); both stopped afterwards. On PostgreSQL,
+    `sizes.pg_workers` above 1 runs the kernel as that many worker processes;
+    `sizes.step_records` 0 turns the kernel's `step-records` extension off."""
     workdir.mkdir(parents=True, exist_ok=True)
     marks = workdir / "marks.jsonl"
     marks.touch()
@@ -81,8 +95,8 @@ def rig(
             kernel_env = {**kernel_env, "REBUNO_STEP_RECORDS": "false"}
         kernel = Kernel(store, workdir, port, kernel_env, policy)
         try:
-            agent = AgentProcess(kernel.url, port, marks, workdir / "agent-0.log")
-            current = Rig(store, kernel, agent, workdir, port, marks)
+            agent = AgentProcess(kernel.url, port, marks, workdir / "agent-0.log", options)
+            current = Rig(store, kernel, agent, workdir, port, marks, options)
             try:
                 agent.wait_listening()
                 yield current

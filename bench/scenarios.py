@@ -1,6 +1,6 @@
 """The steady-state scenarios: A (sequential latency), B with D (throughput, and the resources
-used meanwhile) and F (dispatch latency). Each runs on its own rig and repeats `sizes.reps`
-times on it after a warm-up.
+used meanwhile) and F (dispatch latency). Each runs on its own rig, with the agent in the
+context's mode (bench/modes.py), and repeats `sizes.reps` times on it after a warm-up.
 
 Imports only the bench's own modules, the public SDK (through `workload`) and the stdlib.
 """
@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 from bench.outcome import Context, Outcome
+from bench.processes import AgentOptions
 from bench.profiles import Profiler
 from bench.resources import CpuMeter, Sampler, postgres_pids, with_children
 from bench.rig import Rig, rig
@@ -42,12 +43,22 @@ def interleaved(full: int, steps: int, empty: int) -> list[int]:
 
 
 @contextlib.contextmanager
+def modal_rig(ctx: Context, name: str) -> Iterator[Rig]:
+    """The rig of scenario `name` in the context's mode: its agent's options and policy."""
+    mode = ctx.mode
+    workdir = ctx.workdir / mode.key(name).replace(".", "-")
+    options = AgentOptions(durability=mode.durability)
+    with rig(ctx.store, workdir, {}, ctx.sizes, policy=mode.policy, options=options) as current:
+        yield current
+
+
+@contextlib.contextmanager
 def profiled(current: Rig, ctx: Context, name: str) -> Iterator[None]:
     """py-spy on the kernel and the agent while the block runs, when profiling was asked for."""
     if ctx.profile_dir is None:
         yield
         return
-    target = ctx.profile_dir / f"{ctx.store}-{name}"
+    target = ctx.profile_dir / f"{ctx.store}-{ctx.mode.key(name).replace('.', '-')}"
     with Profiler({"kernel": current.kernel.pid, "agent": current.agent.pid}, target):
         yield
 
@@ -57,7 +68,7 @@ def sequential_latency(ctx: Context) -> Outcome:
     dispatch latency of the same executions (nothing else runs meanwhile)."""
     sizes, outcome = ctx.sizes, Outcome()
     plan = interleaved(sizes.a_executions, sizes.a_steps, sizes.a_empty_executions)
-    with rig(ctx.store, ctx.workdir / "A", {}, sizes) as current:
+    with modal_rig(ctx, "A") as current:
         warm_up(current, ctx, sizes.a_steps)
         current.new_marks()
         reps, dispatches = [], []
@@ -67,8 +78,8 @@ def sequential_latency(ctx: Context) -> Outcome:
                 runs = asyncio.run(sequential(url, token, plan, sizes.wait_timeout))
                 reps.append(_latency_figures(runs, sizes.a_steps))
                 dispatches.append(_dispatch_figures(current, runs))
-    outcome.add_from(reps, dict.fromkeys(reps[0], "ms"), "A")
-    outcome.add_from(dispatches, dict.fromkeys(dispatches[0], "ms"), "F")
+    outcome.add_from(reps, dict.fromkeys(reps[0], "ms"), ctx.mode.key("A"))
+    outcome.add_from(dispatches, dict.fromkeys(dispatches[0], "ms"), ctx.mode.key("F"))
     return outcome
 
 
@@ -98,7 +109,7 @@ def _span(run: Run) -> float:
 def throughput(ctx: Context) -> Outcome:
     """B: concurrent clients; D: peak memory and CPU per step of every process meanwhile."""
     sizes, outcome = ctx.sizes, Outcome()
-    with rig(ctx.store, ctx.workdir / "B", {}, sizes) as current:
+    with modal_rig(ctx, "B") as current:
         warm_up(current, ctx, sizes.b_steps, sizes.b_clients)
         with profiled(current, ctx, "B"):
             reps = [_throughput_rep(current, ctx) for _ in range(sizes.reps)]
@@ -110,10 +121,10 @@ def throughput(ctx: Context) -> Outcome:
         "span_median": "ms",
         "span_p99": "ms",
     }
-    outcome.add_from(reps, units, "B")
+    outcome.add_from(reps, units, ctx.mode.key("B"))
     resources = {key: "MiB" for key in reps[0] if key.endswith("_mib")}
     resources |= {key: "ms" for key in reps[0] if key.startswith("cpu_")}
-    outcome.add_from(reps, resources, "D")
+    outcome.add_from(reps, resources, ctx.mode.key("D"))
     return outcome
 
 

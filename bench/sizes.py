@@ -21,11 +21,16 @@ class Sizes:
     `e_min_replayed_steps` steps in a repetition (three replays of 10 steps, one of 1,000)
     and keeps the medians.
 
+    A and B, with D, run in each agent mode (bench/modes.py); the modes beside the headline
+    repeat `mode_reps` times (at most `reps`).
+
     `pg_workers` runs the PostgreSQL kernel as `rebuno server --workers N` (D then sums the
     supervisor and its workers). `step_records=0` runs the kernel with
-    `REBUNO_STEP_RECORDS=false`, so every step is submitted before it runs."""
+    `REBUNO_STEP_RECORDS=false`, so every step is submitted before it runs, even in the
+    `batched` mode."""
 
     reps: int = 3
+    mode_reps: int = 3
     warmup: int = 10
     a_executions: int = 200
     a_empty_executions: int = 40

@@ -1,5 +1,6 @@
 """The benchmark suite runs end to end: a tiny run (`--quick`) on the embedded store produces
-every scenario's figures and its JSON document. Nothing here judges the numbers."""
+every scenario's figures, A's and B's in each agent mode, and its JSON document. Nothing here
+judges the numbers."""
 
 from __future__ import annotations
 
@@ -25,6 +26,20 @@ FIGURES = (
     "F.dispatch_median",
 )
 DERIVED = ("A.step_in_reference", "A.span_marginal_scaled", "B.rate_in_reference")
+MODE_FIGURES = (
+    "A.{}.span_marginal_per_step",
+    "A.{}.step_in_reference",
+    "B.{}.steps_per_s",
+    "B.{}.rate_in_reference",
+    "D.{}.cpu_kernel_per_step",
+)
+MODE_ROWS = (
+    "A per step, marginal span (target) [governed]",
+    "A per step, marginal span [batched, not judged]",
+    "B steps/s / bare reference steps/s (target) [governed]",
+    "B steps/s [batched, not judged]",
+    "D kernel CPU per step [batched, not judged]",
+)
 BASELINES = ("floor.sqlite_commit", "reference.sqlite_step", "reference.sqlite_steps_per_s")
 
 
@@ -39,7 +54,12 @@ def test_quick_run_on_sqlite_reports_every_scenario(tmp_path: Path) -> None:
     assert [key for key in FIGURES if figures.get(key, {}).get("median") is None] == []
     assert document["stores"]["sqlite"]["details"]["C.steps_before_crash_ran_once"] is True
     assert [key for key in DERIVED if figures.get(key, {}).get("median") is None] == []
+    in_modes = [key.format(mode) for key in MODE_FIGURES for mode in ("governed", "batched")]
+    assert [key for key in in_modes if figures.get(key, {}).get("median") is None] == []
+    assert "target" in figures["B.governed.rate_in_reference"]
+    assert "target" not in figures["B.batched.rate_in_reference"]
     baselines = document["baselines"]
     assert [key for key in BASELINES if baselines.get(key, {}).get("median") is None] == []
     assert document["errors"] == {}
     assert "B steps/s" in done.stdout
+    assert [row for row in MODE_ROWS if row not in done.stdout] == []
