@@ -114,13 +114,16 @@ class Target:
 
 def targets() -> dict[str, dict[str, Target]]:
     """The targets per figure (its headline key) and store, as bench/README.md states them.
-    The ratios hold on any machine: they compare with baselines measured in the same run."""
+    The ratios hold on any machine: they compare with baselines measured in the same run.
+    They are PostgreSQL's: both baselines are PostgreSQL commits (the SQLite reference, two
+    in-process commits of a few microseconds and no kernel logic, is no yardstick for a
+    kernel, and its ratio is shown unjudged)."""
     both = ("sqlite", "postgres")
     return {
         "A.span_marginal_per_step": {"sqlite": Target("<=", 0.5), "postgres": Target("<=", 1.0)},
-        "A.step_in_pg_commits": dict.fromkeys(both, Target("<=", 3)),
+        "A.step_in_pg_commits": {"postgres": Target("<=", 3)},
         "B.steps_per_s": {"sqlite": Target(">=", 3000), "postgres": Target(">=", 2500)},
-        "B.rate_in_reference": dict.fromkeys(both, Target(">=", 1.2)),
+        "B.rate_in_reference": {"postgres": Target(">=", 1.2)},
         "C.recovery": dict.fromkeys(both, Target("<=", 1.0)),
         "D.kernel_peak_rss_mib": dict.fromkeys(both, Target("<=", 150)),
         "E.replay_per_step_spread": dict.fromkeys(both, Target("<=", 20)),
