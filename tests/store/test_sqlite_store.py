@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,23 @@ async def test_open_creates_the_parent_directory(tmp_path: Path) -> None:
     await store.close()
 
     assert path.is_file()
+
+
+async def test_a_new_database_and_its_journal_are_readable_by_their_owner_only(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "kernel.db"
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        await seed_execution(store)
+        created = [p for p in tmp_path.iterdir() if p.name.startswith("kernel.db")]
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in created}
+    finally:
+        await store.close()
+
+    assert {"kernel.db", "kernel.db-wal"} <= set(modes)
+    assert set(modes.values()) == {0o600}
 
 
 async def test_data_survives_closing_and_reopening(tmp_path: Path) -> None:

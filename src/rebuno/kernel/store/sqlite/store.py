@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -126,8 +127,12 @@ class SqliteStore:
             return str(Path(self._tempdir) / "kernel.db")
         try:
             Path(self._requested).parent.mkdir(parents=True, exist_ok=True)
+            # The file holds agent secrets: readable by its owner only. SQLite gives the WAL
+            # and shared-memory files the database file's permissions. An existing file keeps
+            # the mode its owner chose.
+            os.close(os.open(self._requested, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
-            raise Unavailable(f"cannot create the directory of {self._requested}: {exc}") from exc
+            raise Unavailable(f"cannot create {self._requested}: {exc}") from exc
         return self._requested
 
     async def close(self) -> None:
