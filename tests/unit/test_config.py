@@ -16,7 +16,7 @@ SERVER_ENV = {"REBUNO_DB_URL": "postgresql://db/rebuno", "REBUNO_BEARER_TOKEN": 
 def test_dev_defaults_match_the_documented_table() -> None:
     settings = load_settings(dev=True, flags={}, env={})
     assert settings.dev is True
-    assert settings.listen_addr == ":8080"
+    assert settings.listen_addr == "127.0.0.1:8080"  # no bearer auth: loopback only
     assert settings.db_url == DEV_DB_URL
     assert settings.dispatch_lease_timeout == timedelta(minutes=2)
     assert settings.approval_timeout == timedelta(minutes=15)
@@ -114,6 +114,10 @@ def test_server_settings_come_from_the_environment() -> None:
     assert settings.dev is False
     assert settings.bearer_token == "tok"
     assert settings.db_url == "postgresql://db/rebuno"
+
+
+def test_server_listens_on_every_interface_by_default() -> None:
+    assert load_settings(dev=False, flags={}, env=SERVER_ENV).listen_addr == ":8080"
 
 
 def test_dev_ignores_a_configured_bearer_token() -> None:

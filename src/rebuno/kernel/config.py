@@ -142,6 +142,9 @@ def _non_negative_duration(value: str) -> timedelta:
     return duration
 
 
+DEV_LISTEN_ADDR = "127.0.0.1:8080"
+
+
 def split_listen_addr(addr: str) -> tuple[str, int]:
     """`host:port` to its parts; an empty host (`:8080`) means every interface."""
     host, colon, port = addr.strip().rpartition(":")
@@ -247,6 +250,8 @@ def _finish(dev: bool, values: dict[str, Any]) -> Settings:
         # process (its console reads the terminal).
         values.pop("bearer_token", None)
         values.pop("workers", None)
+        # No bearer auth: reachable from this machine only, unless an address is given.
+        values.setdefault("listen_addr", DEV_LISTEN_ADDR)
     else:
         _require(values, "db_url", "REBUNO_DB_URL (--db-url) required in server mode")
         _require(

@@ -12,7 +12,7 @@ from rebuno.cli.launch import launch
 
 @click.command("dev")
 @click.option("--config", "config_file", metavar="FILE", help="Provisioning manifest to load.")
-@click.option("--listen-addr", metavar="ADDR", help="HTTP listen address (default :8080).")
+@click.option("--listen-addr", metavar="ADDR", help="HTTP listen address (default 127.0.0.1:8080).")
 @click.option("--db-url", metavar="URL", help="Database URL (default sqlite:///.rebuno/dev.db).")
 @click.option("--log-level", metavar="LEVEL", help="debug, info, warn or error.")
 @click.option("--log-format", metavar="FORMAT", help="text or json.")
