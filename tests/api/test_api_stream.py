@@ -185,3 +185,20 @@ def _stalled_consumer(live_url: str, execution_id: str) -> socket.socket:
         f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
     )
     return sock
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [("\x01" * 1166, 204), ("\x01" * 1167, 413), ('"' * 3500, 204), ('"' * 3501, 413)],
+    ids=["control-at-limit", "control-over", "quotes-at-limit", "quotes-over"],
+)
+async def test_a_delta_is_measured_as_it_travels_json_escaped(
+    leased: AgentClient, execution: Execution, data: str, status: int
+) -> None:
+    step_id = await _executing_step(leased, execution)
+
+    posted = await leased.post(
+        f"/v0/executions/{execution.id}/steps/{step_id}/stream", {"seq": 0, "data": data}
+    )
+
+    assert posted.status_code == status, posted.text
