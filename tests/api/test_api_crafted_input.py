@@ -95,12 +95,12 @@ async def test_a_stream_seq_past_64_bits_is_refused(
     [
         {"id": "a/b"},
         {"id": "x" * 129},
-        {"id": "with space"},
+        {"id": "tab\there"},
         {"id": "nul\x00"},
         {"webhook_url": "http://127.0.0.1:9/w\x00"},
         {"secret": "s\x00"},
     ],
-    ids=["slash", "too-long", "space", "nul-id", "nul-url", "nul-secret"],
+    ids=["slash", "too-long", "control", "nul-id", "nul-url", "nul-secret"],
 )
 async def test_an_agent_that_could_not_be_addressed_or_stored_is_refused(
     client: httpx.AsyncClient, changes: dict[str, str]

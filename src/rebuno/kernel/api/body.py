@@ -100,6 +100,14 @@ def text_field(body: JsonObject, key: str, *, required: bool = False) -> str:
     return str(value)
 
 
+def required_raw(body: JsonObject, key: str) -> RawJson:
+    """A member that must be present (of any JSON type, `null` included), as canonical text:
+    an end or an outcome without its member is refused rather than read as `null`."""
+    if key not in body:
+        raise ValidationFailed(f"validation error: {key} is required")
+    return dumps(body[key])
+
+
 def raw_field(body: JsonObject, key: str) -> RawJson | None:
     """A member of any JSON type as canonical text; None when the member is absent."""
     if key not in body:

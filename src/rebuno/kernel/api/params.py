@@ -27,16 +27,17 @@ _UUID = re.compile(
 
 
 MAX_AGENT_ID = 128
-# An agent id travels in paths and in the `Rebuno-Agent-Id` header: no separators of a URL,
-# no white space or control characters (PostgreSQL text cannot hold NUL).
-_AGENT_ID = re.compile(rf"[^/?#%\s\x00-\x1f\x7f]{{1,{MAX_AGENT_ID}}}")
+# An agent id travels in paths (percent-escaped) and in the `Rebuno-Agent-Id` header: no `/`,
+# which no escaping gets through a path segment, and no control characters (PostgreSQL text
+# cannot hold NUL, a header cannot hold a line break).
+_AGENT_ID = re.compile(rf"[^/\x00-\x1f\x7f]{{1,{MAX_AGENT_ID}}}")
 _STEP_ID = re.compile(r"[0-9a-f]{64}")
 INT64_MAX = 2**63 - 1
 MAX_ATTEMPT = 2**31 - 1
 
 
 def is_agent_id(value: str) -> bool:
-    """1 to 128 characters, none of them `/ ? # %`, white space or a control character."""
+    """1 to 128 characters, none of them `/` or a control character."""
     return _AGENT_ID.fullmatch(value) is not None
 
 
@@ -44,8 +45,8 @@ def agent_id(value: str) -> str:
     """`value` when it is an agent id (`is_agent_id`), else a 400."""
     if not is_agent_id(value):
         raise ValidationFailed(
-            f"validation error: invalid agent id: 1 to {MAX_AGENT_ID} characters, without"
-            " '/', '?', '#', '%', white space or control characters"
+            f"validation error: invalid agent id: 1 to {MAX_AGENT_ID} characters, without '/'"
+            " or control characters"
         )
     return value
 

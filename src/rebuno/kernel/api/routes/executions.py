@@ -16,6 +16,7 @@ from rebuno.kernel.api.body import (
     parse_object,
     raw_field,
     reject_present,
+    required_raw,
     step_outcomes,
     text_field,
 )
@@ -151,7 +152,7 @@ class ExecutionRoutes:
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
         # `state` (§21.3) is accepted; with no `previous` support there is nowhere to keep it.
-        output = raw_field(body, "output") or "null"
+        output = required_raw(body, "output")
         await self._kernel.complete_execution(
             target, caller.agent_id, lease, output, step_outcomes(body)
         )
@@ -162,6 +163,8 @@ class ExecutionRoutes:
         target = execution_id(request)
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
+        if "error" not in body:
+            raise ValidationFailed("validation error: error is required")
         reason = text_field(body, "error")
         await self._kernel.fail_execution(
             target, caller.agent_id, lease, reason, step_outcomes(body)

@@ -18,8 +18,8 @@ from rebuno.kernel.api.body import (
     NO_RESOURCES,
     occurrence_field,
     parse_object,
-    raw_field,
     reject_present,
+    required_raw,
     step_outcomes,
     step_request,
 )
@@ -108,7 +108,7 @@ class StepRoutes:
         body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
         reject_present(body, CAPTURE_FIELDS, NO_RESOURCES)
-        outcome = raw_field(body, field) or "null"
+        outcome = required_raw(body, field)
         step_id = params.step_id(request.path_params["step_id"])
         decision = await record(target, caller.agent_id, step_id, lease, outcome)
         return json_response(render_decision(decision))
