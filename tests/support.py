@@ -67,6 +67,7 @@ async def asgi_body(receive: Any) -> bytes:
     body = b""
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        chunk: bytes = message.get("body", b"")
+        body += chunk
         if not message.get("more_body"):
             return body

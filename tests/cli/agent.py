@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,11 @@ async def streamer() -> dict[str, Any]:
     return {"ticks": seq}
 
 
-HANDLERS = {"greeter": greeter, "gated": gated, "streamer": streamer}
+HANDLERS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
+    "greeter": greeter,
+    "gated": gated,
+    "streamer": streamer,
+}
 
 if __name__ == "__main__":
     agent_id = os.environ["AGENT_ID"]

@@ -23,7 +23,8 @@ def wait_for_status(stack: Stack, execution_id: str, status: str) -> dict[str, A
 
     def reached() -> bool:
         found.update(rebuno_json("exec", "get", execution_id, url=stack.url))
-        return found["status"] == status
+        now: str = found["status"]
+        return now == status
 
     poll(reached, f"execution {execution_id} to be {status}")
     return found

@@ -56,7 +56,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
 
 @dataclass
 class Session:
-    shell: pexpect.spawn
+    shell: pexpect.spawn[str]
     url: str
     home: Path
 

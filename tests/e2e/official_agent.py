@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import sys
+from typing import Any
 
 from rebuno import Agent, tool
 
@@ -25,13 +26,13 @@ def note(name: str) -> None:
 
 
 @tool
-async def first(topic: str) -> dict:
+async def first(topic: str) -> dict[str, Any]:
     note("first")
     return {"topic": topic, "found": [1, 2.5]}
 
 
 @tool("second")
-async def second(found: list) -> str:
+async def second(found: list[Any]) -> str:
     note("second")
     gate = os.environ.get("WAIT_IN_SECOND")
     while gate and not os.path.exists(gate):
@@ -43,7 +44,7 @@ async def second(found: list) -> str:
     return f"{len(found)} results"
 
 
-async def process(topic: str) -> dict:
+async def process(topic: str) -> dict[str, Any]:
     hits = await first(topic)
     summary = await second(hits["found"])
     return {"summary": summary, "topic": hits["topic"]}

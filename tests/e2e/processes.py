@@ -119,21 +119,25 @@ class Kernel(Process):
         except httpx.HTTPError:
             return False
 
-    def get(self, path: str) -> object:
+    def get(self, path: str) -> Any:
+        """The JSON answer to `GET path`."""
         response = httpx.get(f"{self.url}{path}", headers=self.headers, timeout=5)
         response.raise_for_status()
         return response.json()
 
-    def post(self, path: str, body: object) -> object:
+    def post(self, path: str, body: object) -> Any:
+        """The JSON answer to `POST path` with `body`, or None for an empty one."""
         response = httpx.post(f"{self.url}{path}", json=body, headers=self.headers, timeout=5)
         response.raise_for_status()
         return response.json() if response.content else None
 
-    def wait_for_status(self, execution_id: str, statuses: set[str], timeout: float) -> dict:
-        found: dict = {}
+    def wait_for_status(
+        self, execution_id: str, statuses: set[str], timeout: float
+    ) -> dict[str, Any]:
+        found: dict[str, Any] = {}
 
         def reached() -> bool:
-            found.update(self.get(f"/v0/executions/{execution_id}"))  # type: ignore[arg-type]
+            found.update(self.get(f"/v0/executions/{execution_id}"))
             return found.get("status") in statuses
 
         poll(reached, timeout, f"execution {execution_id} to reach {statuses}")

@@ -37,7 +37,7 @@ def test_killed_kernel_restarts_and_finishes_the_execution(tmp_path: Path) -> No
     )
     try:
         created = kernel.post("/v0/executions", {"agent_id": "compat", "input": {"topic": "x"}})
-        execution_id = created["id"]  # type: ignore[index]
+        execution_id = created["id"]
         poll(lambda: "second" in side.read_text(), 30, f"the second step\n{agent.output()}")
         events_before = kernel.get(f"/v0/executions/{execution_id}/events?limit=1000")
 

@@ -51,7 +51,7 @@ def test_official_sdk_runs_through_redispatch_and_replay(tmp_path: Path, version
     agent = Process(args, tmp_path / "agent-1.log", env)
     try:
         created = kernel.post("/v0/executions", {"agent_id": "compat", "input": {"topic": "x"}})
-        execution_id = created["id"]  # type: ignore[index]
+        execution_id = created["id"]
         poll(lambda: agent.proc.poll() is not None, 60, f"the crash\n{agent.output()}")
         agent.stop()
         agent = Process(args, tmp_path / "agent-2.log", env)

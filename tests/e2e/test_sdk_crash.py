@@ -74,7 +74,7 @@ def shop(tmp_path: Path) -> Iterator[Setup]:
 
 def _run(setup: Setup, input: object) -> str:
     created = setup.kernel.post("/v0/executions", {"agent_id": setup.agent_id, "input": input})
-    return str(created["id"])  # type: ignore[index]
+    return str(created["id"])
 
 
 def _crash_and_restart(setup: Setup, first: Process, ran: str) -> None:
