@@ -3,7 +3,7 @@ blocking twin for tests that drive processes), `parked` to know that a task wait
 and the two chores of a hand-written ASGI test server (its lifespan, a request's whole body).
 
 The polls here are the only place a test sleeps: everywhere else a test waits for a condition
-(a unit test holds the suites to that).
+(tests/unit/test_no_sleeps.py holds the suites to that).
 
 Imports nothing from rebuno, so any suite may use it.
 """
