@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -25,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from rebuno.kernel.store.postgres import PostgresStore
+from tests.support import poll_until
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 _CONNECT_TIMEOUT_SECONDS = 3
@@ -102,14 +102,14 @@ def _create_from(conn: psycopg.Connection[TupleRow], name: str, template: str) -
     statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
         sql.Identifier(name), sql.Identifier(template)
     )
-    deadline = time.monotonic() + _TEMPLATE_BUSY_RETRY_SECONDS
-    while True:
+
+    def created() -> bool:
         try:
             conn.execute(statement)
-            return
         except psycopg.errors.ObjectInUse:
             # The migrating store's sessions end asynchronously after it closed; the copy
             # needs the template to have none.
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+            return False
+        return True
+
+    poll_until(created, _TEMPLATE_BUSY_RETRY_SECONDS, f"template {template} to have no sessions")

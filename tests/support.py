@@ -1,5 +1,9 @@
-"""Test support shared by every suite: a controllable clock, the `wait_until` poller, and the
-two chores of a hand-written ASGI test server (its lifespan, a request's whole body).
+"""Test support shared by every suite: a controllable clock, the `wait_until` poller (and its
+blocking twin for tests that drive processes), `parked` to know that a task waits on an event,
+and the two chores of a hand-written ASGI test server (its lifespan, a request's whole body).
+
+The polls here are the only place a test sleeps: everywhere else a test waits for a condition
+(tests/unit/test_no_sleeps.py holds the suites to that).
 
 Imports nothing from rebuno, so any suite may use it.
 """
@@ -8,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 _POLL_INTERVAL = 0.01
+_BLOCKING_POLL_INTERVAL = 0.02
 
 
 class ManualClock:
@@ -51,6 +57,23 @@ async def wait_until(
         await asyncio.sleep(_POLL_INTERVAL)
 
 
+def poll_until(condition: Callable[[], bool], timeout: float, message: str) -> None:
+    """Calls `condition` with short blocking sleeps until it holds; fails the test with
+    `message` after `timeout` seconds. For sync tests that wait on other processes."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(_BLOCKING_POLL_INTERVAL)
+
+
+def parked(event: asyncio.Event | None) -> bool:
+    """Whether some task waits in `event.wait()`: how a test knows a long poll or a waiter
+    has got as far as it can, instead of guessing with a sleep. asyncio keeps no public count
+    of an Event's waiters; this reads the private one, which typeshed declares."""
+    return event is not None and bool(event._waiters)
+
+
 async def asgi_lifespan(receive: Any, send: Any) -> None:
     """Answers an ASGI lifespan: startup, then shutdown."""
     while True:
@@ -67,6 +90,7 @@ async def asgi_body(receive: Any) -> bytes:
     body = b""
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        chunk: bytes = message.get("body", b"")
+        body += chunk
         if not message.get("more_body"):
             return body

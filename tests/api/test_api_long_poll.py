@@ -10,6 +10,7 @@ import httpx
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import assert_error
+from tests.support import parked, wait_until
 
 
 async def test_empty_answer_is_held_until_the_next_event(
@@ -18,7 +19,7 @@ async def test_empty_answer_is_held_until_the_next_event(
     path = f"/v0/executions/{execution.id}/events"
     seen = len((await client.get(path)).json())
     held = asyncio.create_task(client.get(path, params={"after_seq": seen, "wait": "10s"}))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: parked(kernel.appended.get(execution.id)), message="the poll held")
     assert not held.done()
 
     await kernel.cancel_execution(execution.id)
@@ -36,7 +37,7 @@ async def test_execution_read_is_held_until_it_ends(
     kernel: Kernel, client: httpx.AsyncClient, execution: Execution
 ) -> None:
     held = asyncio.create_task(client.get(f"/v0/executions/{execution.id}", params={"wait": "10s"}))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: parked(kernel.ends.get(execution.id)), message="the read held")
     assert not held.done()
 
     await kernel.cancel_execution(execution.id)

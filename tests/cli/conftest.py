@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +40,9 @@ class Stack:
     kernel: Process
     agents: dict[str, Process] = field(default_factory=dict)
 
-    @property
-    def gate(self) -> Path:
-        return self.directory / "gate"
+    def open_gate(self) -> None:
+        """Lets the streamer's run finish (see `tests/cli/agent.py`)."""
+        os.kill(self.agents["streamer"].proc.pid, signal.SIGUSR1)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +59,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         wait_healthy(url, kernel)
         for agent_id, agent_port in ports.items():
             log = directory / f"{agent_id}.log"
-            env = {"GATE_FILE": str(running.gate)}
-            running.agents[agent_id] = start_agent(agent_id, agent_port, url, log, **env)
+            running.agents[agent_id] = start_agent(agent_id, agent_port, url, log)
         yield running
     finally:
         for agent in running.agents.values():

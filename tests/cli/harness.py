@@ -12,12 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.support import poll_until
 
 AGENT_SCRIPT = Path(__file__).with_name("agent.py")
 SECRET = "agent-s3cret-value"
@@ -29,14 +30,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def poll(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -83,7 +76,7 @@ def wait_healthy(url: str, process: Process | None = None) -> None:
         except httpx.HTTPError:
             return False
 
-    poll(healthy, f"a kernel on {url}")
+    poll_until(healthy, 20, f"a kernel on {url}")
 
 
 def write_manifest(path: Path, agents: Mapping[str, int], policies: Mapping[str, str]) -> Path:
@@ -130,7 +123,7 @@ def start_agent(agent_id: str, port: int, kernel_url: str, log: Path, **env: str
         with socket.socket() as sock:
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
-    poll(listening, f"agent {agent_id} on port {port}")
+    poll_until(listening, 20, f"agent {agent_id} on port {port}")
     return agent
 
 

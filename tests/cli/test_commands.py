@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.cli.conftest import Stack
-from tests.cli.harness import CLI, child_env, free_port, poll, rebuno, rebuno_json
+from tests.cli.harness import CLI, child_env, free_port, rebuno, rebuno_json
+from tests.support import poll_until
 
 
 def create(stack: Stack, agent_id: str, input_json: str) -> str:
@@ -23,9 +24,10 @@ def wait_for_status(stack: Stack, execution_id: str, status: str) -> dict[str, A
 
     def reached() -> bool:
         found.update(rebuno_json("exec", "get", execution_id, url=stack.url))
-        return found["status"] == status
+        now: str = found["status"]
+        return now == status
 
-    poll(reached, f"execution {execution_id} to be {status}")
+    poll_until(reached, 20, f"execution {execution_id} to be {status}")
     return found
 
 
@@ -190,8 +192,8 @@ def test_exec_stream_prints_live_deltas_until_the_execution_ends(stack: Stack) -
             env=child_env(),
         )
         try:
-            poll(lambda: "tick" in output.read_text(), "the first delta")
-            stack.gate.touch()
+            poll_until(lambda: "tick" in output.read_text(), 20, "the first delta")
+            stack.open_gate()
             assert streaming.wait(30) == 0, output.read_text()
         finally:
             streaming.kill()

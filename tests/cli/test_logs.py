@@ -19,13 +19,13 @@ from tests.cli.harness import (
     child_env,
     free_port,
     kernel_args,
-    poll,
     rebuno,
     rebuno_json,
     start_agent,
     wait_healthy,
     write_manifest,
 )
+from tests.support import poll_until
 
 TOKEN = "bearer-T0KEN-for-the-log-test"
 OTHER_SECRET = "registered-0ver-the-api"
@@ -89,7 +89,7 @@ def test_a_failed_delivery_is_logged_with_its_execution_and_dispatch_ids(tmp_pat
         def failure_logged() -> bool:
             return any("delivery failed" in e["message"] for e in json_lines(kernel.output()))
 
-        poll(failure_logged, "a failed delivery in the log")
+        poll_until(failure_logged, 20, "a failed delivery in the log")
     finally:
         kernel.stop()
     failed = next(e for e in json_lines(kernel.output()) if "delivery failed" in e["message"])

@@ -17,10 +17,10 @@ from tests.cli.harness import (
     child_env,
     free_port,
     kernel_args,
-    poll,
     start_agent,
     write_manifest,
 )
+from tests.support import poll_until
 
 PROMPT = "rebuno> "
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -56,7 +56,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
 
 @dataclass
 class Session:
-    shell: pexpect.spawn
+    shell: pexpect.spawn[str]
     url: str
     home: Path
 
@@ -120,7 +120,7 @@ def test_an_approval_granted_from_the_repl_lets_the_execution_finish(session: Se
         approvals[:] = httpx.get(f"{session.url}/v0/approvals", timeout=2).json()
         return bool(approvals)
 
-    poll(requested, "the approval request")
+    poll_until(requested, 20, "the approval request")
     listed = session.run("approvals")
     granted = session.run(f"approval grant {approvals[0]['id'][:24]} --by alice")
     watched = session.run(f"exec watch {execution_id}")
@@ -182,7 +182,7 @@ def test_a_kernel_started_without_a_terminal_opens_no_repl(tmp_path: Path) -> No
     args = kernel_args(port, tmp_path / "kernel.db", None)
     kernel = Process(args, tmp_path / "kernel.log", child_env({"HOME": str(tmp_path)}))
     try:
-        poll(lambda: "listening on" in kernel.output(), "the kernel to listen")
+        poll_until(lambda: "listening on" in kernel.output(), 20, "the kernel to listen")
         health = httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2)
     finally:
         kernel.stop()

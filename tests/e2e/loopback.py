@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from rebuno.protocol import signing
-from tests.e2e.processes import poll
+from tests.support import poll_until
 
 _HOLD_LIMIT_SECONDS = 60.0
 
@@ -74,7 +74,7 @@ class WebhookReceiver:
     def wait_for(
         self, condition: Callable[[list[Delivery]], bool], timeout: float, what: str
     ) -> list[Delivery]:
-        poll(lambda: condition(self.deliveries), timeout, what)
+        poll_until(lambda: condition(self.deliveries), timeout, what)
         return self.deliveries
 
     def release(self) -> None:

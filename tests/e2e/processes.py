@@ -11,13 +11,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import venv
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.support import poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # Short leases and quick retries, so a crash is recovered from in about a second; enough
@@ -36,14 +37,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Process:
@@ -109,7 +102,7 @@ class Kernel(Process):
         args = [sys.executable, "-m", "rebuno.cli.main", mode]
         args += ["--listen-addr", f"127.0.0.1:{self.port}", *options]
         super().__init__(args, log, env)
-        poll(self._healthy, 20, f"the kernel on {self.url}\n{self.output()}")
+        poll_until(self._healthy, 20, f"the kernel on {self.url}\n{self.output()}")
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
@@ -119,24 +112,28 @@ class Kernel(Process):
         except httpx.HTTPError:
             return False
 
-    def get(self, path: str) -> object:
+    def get(self, path: str) -> Any:
+        """The JSON answer to `GET path`."""
         response = httpx.get(f"{self.url}{path}", headers=self.headers, timeout=5)
         response.raise_for_status()
         return response.json()
 
-    def post(self, path: str, body: object) -> object:
+    def post(self, path: str, body: object) -> Any:
+        """The JSON answer to `POST path` with `body`, or None for an empty one."""
         response = httpx.post(f"{self.url}{path}", json=body, headers=self.headers, timeout=5)
         response.raise_for_status()
         return response.json() if response.content else None
 
-    def wait_for_status(self, execution_id: str, statuses: set[str], timeout: float) -> dict:
-        found: dict = {}
+    def wait_for_status(
+        self, execution_id: str, statuses: set[str], timeout: float
+    ) -> dict[str, Any]:
+        found: dict[str, Any] = {}
 
         def reached() -> bool:
-            found.update(self.get(f"/v0/executions/{execution_id}"))  # type: ignore[arg-type]
+            found.update(self.get(f"/v0/executions/{execution_id}"))
             return found.get("status") in statuses
 
-        poll(reached, timeout, f"execution {execution_id} to reach {statuses}")
+        poll_until(reached, timeout, f"execution {execution_id} to reach {statuses}")
         return found
 
     def events(self, execution_id: str) -> list[dict[str, Any]]:

@@ -4,6 +4,8 @@ SQLite file: the execution finishes, and its event log has no gap, loss or dupli
 from __future__ import annotations
 
 import collections
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,9 @@ from tests.e2e.processes import (
     Process,
     free_port,
     official_sdk_python,
-    poll,
 )
 from tests.e2e.test_official_sdk import manifest
+from tests.support import poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -27,22 +29,22 @@ AGENT_SCRIPT = ROOT / "tests" / "e2e" / "official_agent.py"
 def test_killed_kernel_restarts_and_finishes_the_execution(tmp_path: Path) -> None:
     python = official_sdk_python("0.16.0")
     agent_port = free_port()
-    side, gate = tmp_path / "side.txt", tmp_path / "go"
+    side = tmp_path / "side.txt"
     side.touch()
     db, config = tmp_path / "kernel.db", manifest(tmp_path, agent_port)
     kernel = Kernel(db, config, tmp_path / "kernel-1.log", env=FAST_RECOVERY)
-    env = {"SIDE_FILE": str(side), "WAIT_IN_SECOND": str(gate)}
+    env = {"SIDE_FILE": str(side), "WAIT_IN_SECOND": "1"}
     agent = Process(
         [str(python), str(AGENT_SCRIPT), kernel.url, str(agent_port)], tmp_path / "agent.log", env
     )
     try:
         created = kernel.post("/v0/executions", {"agent_id": "compat", "input": {"topic": "x"}})
-        execution_id = created["id"]  # type: ignore[index]
-        poll(lambda: "second" in side.read_text(), 30, f"the second step\n{agent.output()}")
+        execution_id = created["id"]
+        poll_until(lambda: "second" in side.read_text(), 30, f"the second step\n{agent.output()}")
         events_before = kernel.get(f"/v0/executions/{execution_id}/events?limit=1000")
 
         kernel.kill()
-        gate.touch()
+        os.kill(agent.proc.pid, signal.SIGUSR1)  # `second` ends while the kernel is down
         kernel = Kernel(db, config, tmp_path / "kernel-2.log", env=FAST_RECOVERY, port=kernel.port)
         done = kernel.wait_for_status(execution_id, {"completed", "failed"}, 60)
         events = kernel.get(f"/v0/executions/{execution_id}/events?limit=1000")

@@ -15,8 +15,8 @@ from tests.e2e.processes import (
     Process,
     free_port,
     official_sdk_python,
-    poll,
 )
+from tests.support import poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -51,8 +51,8 @@ def test_official_sdk_runs_through_redispatch_and_replay(tmp_path: Path, version
     agent = Process(args, tmp_path / "agent-1.log", env)
     try:
         created = kernel.post("/v0/executions", {"agent_id": "compat", "input": {"topic": "x"}})
-        execution_id = created["id"]  # type: ignore[index]
-        poll(lambda: agent.proc.poll() is not None, 60, f"the crash\n{agent.output()}")
+        execution_id = created["id"]
+        poll_until(lambda: agent.proc.poll() is not None, 60, f"the crash\n{agent.output()}")
         agent.stop()
         agent = Process(args, tmp_path / "agent-2.log", env)
 

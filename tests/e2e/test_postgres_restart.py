@@ -25,7 +25,7 @@ import pytest
 from psycopg import sql
 
 from tests.e2e.loopback import AgentClient, Delivery, WebhookReceiver
-from tests.e2e.processes import Server, free_port, poll
+from tests.e2e.processes import Server, free_port
 from tests.e2e.test_replicas import (
     AGENT,
     FAST,
@@ -36,6 +36,7 @@ from tests.e2e.test_replicas import (
     create,
     write_manifest,
 )
+from tests.support import poll_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -220,7 +221,7 @@ class PatientAgent:
             answers.append(response)
             return True
 
-        poll(answered, 60, f"an answer to {path}")
+        poll_until(answered, 60, f"an answer to {path}")
         [response] = answers
         assert response.status_code < 300 or response.status_code == 409, response.text
         return response
@@ -257,12 +258,12 @@ def test_executions_finish_once_each_across_a_postgres_restart(
     receiver = WebhookReceiver(SECRET, on_delivery=agent.run)
     servers.extend(replicas(write_manifest(tmp_path, receiver.url)))
     ids = [create(servers[i % 2]) for i in range(EXECUTIONS)]
-    poll(lambda: agent.first_done == set(ids), 30, "every run to finish its first step")
+    poll_until(lambda: agent.first_done == set(ids), 30, "every run to finish its first step")
 
     cluster.stop()
     agent.gate.set()
     # Started again only once every run has a call in flight, so each one spans the outage.
-    poll(lambda: agent.spanning() >= set(ids), 30, "every run to call the kernel")
+    poll_until(lambda: agent.spanning() >= set(ids), 30, "every run to call the kernel")
     cluster.start()
     done = {i: servers[1].wait_for_status(i, {"completed", "failed"}, 60) for i in ids}
     logs = {i: servers[0].events(i) for i in ids}
@@ -292,20 +293,20 @@ def test_deltas_cross_replicas_again_after_a_postgres_restart(
     step_id = agent.submit(producer_side.url, lease, "llm", {"prompt": "hi"})["step_id"]
     path = f"/v0/executions/{execution_id}/steps/{step_id}/stream"
     reader = SseReader(f"{consumer_side.url}/v0/executions/{execution_id}/stream")
-    poll(reader.opened.is_set, 10, "the stream to open")
+    poll_until(reader.opened.is_set, 10, "the stream to open")
 
     def probed() -> bool:
         seen = len(reader.deltas)
         response = agent.call(producer_side.url, path, {"seq": 0, "data": "probe"})
         return response.status_code == 204 and len(reader.deltas) > seen
 
-    poll(probed, 20, "a probe delta before the restart")
+    poll_until(probed, 20, "a probe delta before the restart")
     cluster.restart()
-    poll(probed, 30, "a probe delta after the restart")
+    poll_until(probed, 30, "a probe delta after the restart")
     for seq in range(1, 6):
         agent.call(producer_side.url, path, {"seq": seq, "data": f"chunk-{seq}"})
     agent.call(producer_side.url, path, {"seq": 6, "data": "end"})
-    poll(reader.finished.is_set, 20, "the end delta")
+    poll_until(reader.finished.is_set, 20, "the end delta")
     completed = agent.call(
         producer_side.url, f"/v0/executions/{execution_id}/complete", {"output": None}, lease
     )

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from tests.e2e.loopback import AgentClient, Delivery, Relay, WebhookReceiver
-from tests.e2e.processes import Server, poll
+from tests.e2e.processes import Server
+from tests.support import poll_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -132,7 +133,7 @@ def test_each_dispatch_is_delivered_by_exactly_one_replica(tmp_path: Path, start
     def all_acked() -> bool:
         return all(any(e["type"] == "dispatch.acked" for e in replicas[0].events(i)) for i in ids)
 
-    poll(all_acked, 30, "every delivery to be acknowledged")
+    poll_until(all_acked, 30, "every delivery to be acknowledged")
     deliveries = receiver.deliveries
     logs = {i: replicas[1].events(i) for i in ids}
     receiver.close()
@@ -169,7 +170,7 @@ def test_lease_of_a_killed_replica_is_redelivered_by_a_survivor(
     # start: the redelivery is the survivor's.
     doomed = start(manifest, env={"REBUNO_DISPATCH_LEASE_TIMEOUT": "120s"})
     execution_id = create(doomed)
-    poll(receiver.held.is_set, 20, "the first delivery to arrive and be held")
+    poll_until(receiver.held.is_set, 20, "the first delivery to arrive and be held")
     survivor.append(start(manifest))
     survivor_up.set()
 
@@ -227,7 +228,7 @@ def test_deltas_produced_on_one_replica_reach_consumers_on_every_replica(
     step_id = agent.submit(producer_side.url, lease, "llm", {"prompt": "hi"})["step_id"]
     path = f"/v0/executions/{execution_id}/stream"
     readers = [SseReader(consumer_side.url + path), SseReader(producer_side.url + path)]
-    poll(lambda: all(r.opened.is_set() for r in readers), 10, "both streams to open")
+    poll_until(lambda: all(r.opened.is_set() for r in readers), 10, "both streams to open")
 
     def produce(seq: int, data: str) -> None:
         response = agent.call(
@@ -242,11 +243,11 @@ def test_deltas_produced_on_one_replica_reach_consumers_on_every_replica(
         produce(0, "probe")
         return all(r.deltas for r in readers)
 
-    poll(probed, 20, "a probe delta to reach both consumers")
+    poll_until(probed, 20, "a probe delta to reach both consumers")
     for seq in range(1, 11):
         produce(seq, f"chunk-{seq}")
     produce(11, "end")
-    poll(lambda: all(r.finished.is_set() for r in readers), 20, "the end delta on both")
+    poll_until(lambda: all(r.finished.is_set() for r in readers), 20, "the end delta on both")
     finish(agent, producer_side.url, lease, [step_id])
     events = consumer_side.events(execution_id)
     receiver.close()
@@ -269,9 +270,9 @@ def test_ready_answers_503_while_the_database_is_unreachable_and_200_after(
     try:
         ready_before = server.ready()
         relay.cut()
-        poll(lambda: server.ready() == 503, 15, "readiness to fail while the database is away")
+        poll_until(lambda: server.ready() == 503, 15, "readiness to fail with the database away")
         relay.restore()
-        poll(lambda: server.ready() == 200, 30, "readiness to return with the database")
+        poll_until(lambda: server.ready() == 200, 30, "readiness to return with the database")
         execution_id = create(server)
         receiver.wait_for(lambda d: len(d) == 1, 20, "a delivery after the outage")
         events = server.events(execution_id)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, free_port, poll
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, free_port
 from tests.sdk.provider import FakeProvider
+from tests.support import poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -74,11 +75,11 @@ def shop(tmp_path: Path) -> Iterator[Setup]:
 
 def _run(setup: Setup, input: object) -> str:
     created = setup.kernel.post("/v0/executions", {"agent_id": setup.agent_id, "input": input})
-    return str(created["id"])  # type: ignore[index]
+    return str(created["id"])
 
 
 def _crash_and_restart(setup: Setup, first: Process, ran: str) -> None:
-    poll(lambda: ran in setup.lines(), 30, f"{ran} to run\n{setup.logs()}")
+    poll_until(lambda: ran in setup.lines(), 30, f"{ran} to run\n{setup.logs()}")
     first.kill()
     setup.start_agent()
 
@@ -126,7 +127,7 @@ def provider() -> Iterator[tuple[FakeProvider, str]]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="fake-provider", daemon=True)
     thread.start()
-    poll(lambda: server.started, 10, "the fake provider")
+    poll_until(lambda: server.started, 10, "the fake provider")
     yield fake, f"http://127.0.0.1:{port}/v1"
     server.should_exit = True
     thread.join(10)

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server, free_port, poll
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server, free_port
+from tests.support import poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -105,7 +106,7 @@ def _crash_and_recover(
     first = rig.start_agent(durability, crash_at=CRASH_AT)
     created = rig.kernel.post("/v0/executions", {"agent_id": AGENT_ID, "input": {"steps": STEPS}})
     assert isinstance(created, dict)
-    poll(lambda: first.proc.poll() is not None, 30, f"the agent to crash\n{rig.logs()}")
+    poll_until(lambda: first.proc.poll() is not None, 30, f"the agent to crash\n{rig.logs()}")
     assert first.proc.returncode == -signal.SIGKILL, rig.logs()
     recorded = rig.step_statuses(created["id"])
 

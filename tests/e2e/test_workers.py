@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.loopback import AgentClient, Delivery, WebhookReceiver
-from tests.e2e.processes import Server, poll
+from tests.e2e.processes import Server
 from tests.e2e.test_replicas import AGENT, FAST, SECRET, TOKEN, create, finish, write_manifest
+from tests.support import poll_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -72,7 +73,7 @@ def test_workers_serve_executions_together_and_stop_together_on_sigterm(
         # SIGTERM to the supervisor alone: it stops its workers and exits cleanly.
         os.kill(supervisor, signal.SIGTERM)
         assert server[0].proc.wait(20) == 0, server[0].output()
-        poll(lambda: all(gone(pid) for pid in workers), 10, "the workers to stop")
+        poll_until(lambda: all(gone(pid) for pid in workers), 10, "the workers to stop")
     finally:
         receiver.close()
         server[0].stop()
@@ -89,7 +90,7 @@ def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path, postgres_u
         os.kill(supervisor, signal.SIGKILL)
         server.proc.wait(10)
 
-        poll(lambda: all(gone(pid) for pid in workers), 20, "the orphaned workers to stop")
+        poll_until(lambda: all(gone(pid) for pid in workers), 20, "the orphaned workers to stop")
     finally:
         receiver.close()
         server.stop()

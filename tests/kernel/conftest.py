@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -63,7 +63,7 @@ class Run:
         return [e.type for e in await self.kernel.list_events(self.execution_id, 0, 1000)]
 
 
-def settings(**changes: object) -> Settings:
+def settings(**changes: Any) -> Settings:
     base = Settings(
         dev=True,
         dispatch_lease_timeout=LEASE,
@@ -73,7 +73,7 @@ def settings(**changes: object) -> Settings:
         dispatch_poll_interval=timedelta(milliseconds=20),
         replica_id="replica-a",
     )
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return replace(base, **changes)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from rebuno.kernel.store.base import ExecutionFilter, Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.enums import Decision, ExecutionStatus, StepStatus
 from tests.kernel.conftest import AGENT, Run, claim, settings
-from tests.support import ManualClock
+from tests.support import ManualClock, parked, wait_until
 
 
 async def test_complete_execution_stores_output_and_retires_the_lease(run: Run) -> None:
@@ -110,7 +110,7 @@ async def test_listing_is_newest_first_with_a_cursor(kernel: Kernel) -> None:
 async def test_events_long_poll_answers_at_the_next_commit(kernel: Kernel, run: Run) -> None:
     seen = len(await kernel.list_events(run.execution_id, 0, 1000))
     waiting = asyncio.create_task(kernel.list_events(run.execution_id, seen, 1000, wait=10))
-    await asyncio.sleep(0)
+    await wait_until(lambda: parked(kernel.appended.get(run.execution_id)), message="poll held")
     assert not waiting.done()
 
     await kernel.heartbeat(run.execution_id, AGENT, run.lease)
@@ -123,7 +123,7 @@ async def test_execution_long_poll_answers_with_the_record_the_completion_wrote(
     run: Run,
 ) -> None:
     waiting = asyncio.create_task(run.kernel.get_execution(run.execution_id, wait=10))
-    await asyncio.sleep(0)
+    await wait_until(lambda: parked(run.kernel.ends.get(run.execution_id)), message="read held")
     assert not waiting.done()
 
     await run.kernel.complete_execution(run.execution_id, AGENT, run.lease, '{"answer":42}')
@@ -154,7 +154,7 @@ async def test_execution_long_poll_sees_an_end_on_another_replica(
     execution = await kernel.create_execution(AGENT, "null", None)
     lease = await claim(other, execution.id)
     waiting = asyncio.create_task(kernel.get_execution(execution.id, wait=30))
-    await asyncio.sleep(0)
+    await wait_until(lambda: parked(kernel.ends.get(execution.id)), message="the read held")
 
     # Nothing tells this kernel; its look every REPLICA_POLL_SECONDS finds the end.
     await other.complete_execution(execution.id, AGENT, lease, "null")

@@ -19,7 +19,7 @@ from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
 from tests.counting import Counting
 from tests.kernel.conftest import AGENT, Answering, Run, redeliver, request
 from tests.kernel.test_step_records import STEP_EVENTS, report
-from tests.support import ManualClock
+from tests.support import ManualClock, parked, wait_until
 
 FIRST_EVENTS = ["execution.created", "dispatch.queued", "dispatch.acked", "execution.started"]
 
@@ -99,8 +99,11 @@ class EndingFirst(Answering):
             execution_id, AGENT, self.run.lease, "null", (report(1, "1"),)
         )
         self.ending.append(asyncio.create_task(end))
-        for _ in range(20):  # the end gets as far as it can before the answer arrives
-            await asyncio.sleep(0)
+        # The end gets as far as it can before the answer arrives: it waits on the event the
+        # kernel's shortcuts keep while they record the acknowledgement. Private, since only
+        # this test needs to know that a task waits there.
+        acknowledging = self.kernel.shortcuts._acknowledging
+        await wait_until(lambda: parked(acknowledging.get(execution_id)), message="the end waits")
         assert not self.ending[0].done()
 
 

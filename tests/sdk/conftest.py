@@ -127,6 +127,17 @@ class Harness:
         async with serving(agent.app, sock):
             yield agent
 
+    async def answered(self, method: str, route: str) -> float:
+        """How many `method route` requests (`route` is the template, `{execution_id}` and
+        all) the kernel has answered so far, as its `/metrics` counts them. The counters are
+        the test process's, so a test compares two readings."""
+        series = f'rebuno_http_requests_total{{method="{method}",route="{route}",'
+        async with httpx.AsyncClient(base_url=self.kernel_url) as http:
+            text = (await http.get("/metrics")).text
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series)
+        )
+
     async def run(self, agent_id: str, input: Any = None, timeout: float = 20) -> Execution:
         """Create an execution and wait for it to end."""
         execution = await self.client.create(agent_id, input=input)

@@ -49,9 +49,11 @@ async def shop(item: str) -> dict[str, Any]:
 
 
 async def ask(question: str) -> dict[str, Any]:
-    async with AsyncOpenAI(
-        api_key="sk-e2e", base_url=os.environ["PROVIDER_URL"], http_client=http_client()
-    ) as llm:
+    http = http_client()
+    # openai annotates `http_client` with its own httpx2 client type only, but it checks at
+    # run time for an httpx2 or an httpx `AsyncClient` and takes either; ours is httpx's.
+    provider = os.environ["PROVIDER_URL"]
+    async with AsyncOpenAI(api_key="sk-e2e", base_url=provider, http_client=http) as llm:  # type: ignore[arg-type]
         reply = await llm.chat.completions.create(
             model="gpt-e2e", messages=[{"role": "user", "content": question}]
         )

@@ -1,4 +1,5 @@
-"""A fake OpenAI-compatible chat provider: the LLM edge the SDK's transport records.
+"""A fake OpenAI-compatible chat provider: the LLM edge the SDK's transport records, and the
+official `openai` client that reaches it through `http_client()`.
 
 Every reply names the call's ordinal (`reply #3 to ...`), so a second real call can never be
 mistaken for a replay of the first. Serves JSON or, with `"stream": true`, server-sent events.
@@ -9,7 +10,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import openai
+
+from rebuno import http_client
 from tests.support import asgi_body, asgi_lifespan
+
+
+def openai_client(base_url: str) -> openai.AsyncOpenAI:
+    """An `openai` client whose requests go through the SDK's recording `http_client()`."""
+    http = http_client()
+    # openai annotates `http_client` with its own httpx2 client type only, but it checks at
+    # run time for an httpx2 or an httpx `AsyncClient` and takes either; ours is httpx's.
+    return openai.AsyncOpenAI(api_key="sk-test", base_url=base_url, http_client=http)  # type: ignore[arg-type]
 
 
 class FakeProvider:

@@ -23,8 +23,8 @@ def kernel_settings(kernel_settings: Settings) -> Settings:
 
 async def test_result_travels_with_the_next_submission(harness: Harness) -> None:
     async def handler() -> int:
-        first = await step("first", lambda: 1)
-        second = await step("second", lambda: 2)
+        first: int = await step("first", lambda: 1)
+        second: int = await step("second", lambda: 2)
         return first + second
 
     async with harness.serve("carrier", handler):
@@ -51,7 +51,7 @@ async def test_result_is_sent_alone_when_the_handler_lingers(harness: Harness) -
         return "page"
 
     async def handler() -> str:
-        page = await fetch()
+        page: str = await fetch()
         await release.wait()
         return page
 
@@ -79,7 +79,7 @@ async def test_at_most_once_results_are_recorded_before_the_body_returns(
         return "charged"
 
     async def handler() -> str:
-        result = await charge()
+        result: str = await charge()
         steps = await harness.client.list_steps(execution().id)
         seen.append(steps[0].status)
         return result

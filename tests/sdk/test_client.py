@@ -100,15 +100,26 @@ async def test_wait_times_out_on_an_execution_that_does_not_end(harness: Harness
 
 
 async def test_wait_holds_its_reads_inside_a_short_request_timeout(harness: Harness) -> None:
+    release = asyncio.Event()
+
     async def process() -> str:
-        await asyncio.sleep(2.0)
+        await release.wait()
         return "slow"
 
     async with harness.serve("slow", process):
         created = await harness.client.create("slow")
+        before = await harness.answered("GET", "/v0/executions/{execution_id}")
         # Each held read must end before the 1.5 s request timeout, or waiting would fail.
         async with Client(base_url=harness.kernel_url, timeout=1.5) as impatient:
-            done = await impatient.wait(created.id, timeout=20)
+            waiting = asyncio.create_task(impatient.wait(created.id, timeout=20))
+
+            async def held_twice() -> bool:
+                answered = await harness.answered("GET", "/v0/executions/{execution_id}")
+                return waiting.done() or answered - before >= 2
+
+            await wait_until(held_twice, timeout=20, message="two held reads answered")
+            release.set()
+            done = await waiting
 
     assert done.status is ExecutionStatus.COMPLETED
     assert done.output == "slow"

@@ -5,24 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from rebuno import execution
 from tests.sdk.conftest import Harness
 from tests.support import wait_until
 
-READ = 'method="GET",route="/v0/executions/{execution_id}"'
-
 
 async def reads(harness: Harness) -> float:
     """How many times the kernel has answered `GET /v0/executions/{id}` so far."""
-    async with httpx.AsyncClient(base_url=harness.kernel_url) as http:
-        text = (await http.get("/metrics")).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("rebuno_http_requests_total{") and READ in line
-    )
+    return await harness.answered("GET", "/v0/executions/{execution_id}")
 
 
 async def run_counting_reads(harness: Harness, agent_id: str, input: Any) -> tuple[Any, float]:

@@ -12,8 +12,10 @@ import pytest
 from rebuno.kernel.config import Settings
 from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
+from tests.support import wait_until
 
-LEASE = timedelta(seconds=1)
+LEASE = timedelta(milliseconds=600)
+HEARTBEAT = "/v0/executions/{execution_id}/heartbeat"
 
 
 @pytest.fixture
@@ -23,15 +25,25 @@ def kernel_settings(kernel_settings: Settings) -> Settings:
 
 async def test_heartbeats_keep_the_lease_of_a_handler_that_outlives_it(harness: Harness) -> None:
     runs: list[int] = []
+    outlived = asyncio.Event()
 
     async def process() -> str:
         runs.append(1)
-        # Three lease periods of work: without renewals the kernel would redeliver.
-        await asyncio.sleep(3 * LEASE.total_seconds())
+        await outlived.wait()
         return "done"
 
     async with harness.serve("marathon", process):
-        done = await harness.run("marathon", timeout=30)
+        before = await harness.answered("POST", HEARTBEAT)
+        created = await harness.client.create("marathon")
+
+        async def renewed_for_two_leases() -> bool:
+            # The agent renews every third of its lease: six renewals are two lease periods
+            # of work, past where a lease left alone would have been reclaimed and redelivered.
+            return await harness.answered("POST", HEARTBEAT) - before >= 6
+
+        await wait_until(renewed_for_two_leases, timeout=20, message="six heartbeats answered")
+        outlived.set()
+        done = await harness.client.wait(created.id, timeout=10)
 
     acked = [e for e in await harness.client.events(done.id) if e.type == "dispatch.acked"]
     assert done.output == "done"

@@ -15,7 +15,7 @@ from rebuno import PolicyError, http_client, raise_for_refusal, tool
 from rebuno.types import ExecutionStatus, StreamDelta
 from tests.sdk.conftest import Harness
 from tests.sdk.loopback import serving
-from tests.sdk.provider import FakeProvider
+from tests.sdk.provider import FakeProvider, openai_client
 from tests.support import wait_until
 
 GATE_SEND = """
@@ -37,10 +37,6 @@ async def provider() -> AsyncIterator[tuple[FakeProvider, str]]:
     fake = FakeProvider()
     async with serving(fake) as url:
         yield fake, url + "/v1"
-
-
-def openai_client(base_url: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key="sk-test", base_url=base_url, http_client=http_client())
 
 
 async def _approve_and_wait(harness: Harness, execution_id: str) -> Any:

@@ -23,7 +23,6 @@ from rebuno import (
     ConflictError,
     PolicyError,
     RateLimited,
-    http_client,
     raise_for_refusal,
     step,
     tool,
@@ -33,7 +32,7 @@ from rebuno.kernel.server import serve
 from rebuno.types import Approval, Event, ExecutionStatus
 from tests.sdk.conftest import Harness
 from tests.sdk.loopback import serving
-from tests.sdk.provider import FakeProvider
+from tests.sdk.provider import FakeProvider, openai_client
 from tests.support import wait_until
 
 NO_SHELL = """
@@ -564,12 +563,6 @@ async def test_unhandled_rate_limit_fails_the_execution_with_its_reason(
 
 
 # -- token budgets -------------------------------------------------------------------------
-
-
-def openai_client(base_url: str) -> openai.AsyncOpenAI:
-    # openai is annotated for httpx2 clients and accepts an httpx.AsyncClient at run time.
-    http = http_client()
-    return openai.AsyncOpenAI(api_key="sk-test", base_url=base_url, http_client=http)  # type: ignore[arg-type]
 
 
 async def ask(llm: openai.AsyncOpenAI, question: str) -> str:

@@ -26,9 +26,10 @@ async def test_steps_are_reported_with_the_completion_and_keep_every_event(
     harness: Harness,
 ) -> None:
     async def handler() -> int:
-        first = await step("add", lambda: 1)
-        again = await step("add", lambda: 2)
-        return first + again + await step("other", lambda n: 4 * n, args={"n": 1})
+        first: int = await step("add", lambda: 1)
+        again: int = await step("add", lambda: 2)
+        other: int = await step("other", lambda n: 4 * n, args={"n": 1})
+        return first + again + other
 
     async with harness.serve("reporter", handler, durability="batched"):
         done = await harness.run("reporter")
@@ -78,12 +79,16 @@ async def test_a_policy_set_during_the_run_ends_the_grant(harness: Harness) -> N
     policy_set = asyncio.Event()
     ran: list[str] = []
 
+    def shell() -> str:
+        ran.append("shell")
+        return "ran"
+
     async def handler() -> str:
         await step("warmup", lambda: ran.append("warmup"))
         await policy_set.wait()
         # Submitted: its answer says the agent has a policy now, so the grant ends here.
         await step("checkpoint", lambda: None, idempotency="at_most_once")
-        return str(await step("shell", lambda: ran.append("shell") or "ran"))
+        return str(await step("shell", shell))
 
     async with harness.serve("converted-midway", handler, durability="batched"):
         created = await harness.client.create("converted-midway")

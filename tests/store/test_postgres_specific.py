@@ -120,7 +120,7 @@ async def test_steps_have_no_index_a_cached_plan_could_take_for_an_identity_look
         postgres_url, "SELECT indexdef FROM pg_indexes WHERE tablename = 'steps' ORDER BY 1"
     )
 
-    assert [row[0].split(" USING ")[1] for row in rows] == [
+    assert [str(row[0]).split(" USING ")[1] for row in rows] == [
         "btree (execution_id, kind, target, args_hash, occurrence)",
         "btree (step_id)",
     ]

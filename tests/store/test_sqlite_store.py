@@ -137,7 +137,7 @@ async def test_wal_is_checkpointed_and_reused_under_continuous_writes(tmp_path: 
             # Writes never stop, as under load: the checkpoint must catch up with them.
             for _ in range(CHECKPOINT_EVERY):
                 await _bump(store, created.id)
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # a turn of the loop between writes, for the checkpoint
             sizes.append(wal.stat().st_size)
     finally:
         await store.close()
@@ -228,7 +228,7 @@ async def test_a_failed_group_commit_fails_every_member_and_keeps_none_of_them(
         async with store.transaction(created.id) as tx:
             tx._conn.execute("PRAGMA defer_foreign_keys = ON")
             await tx.append_events([event("no-such-execution", 1)])
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # let the other writers queue up behind the lock
 
     outcomes = await asyncio.gather(
         _append(store, created.id, 1),

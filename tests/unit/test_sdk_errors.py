@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import httpx
 import openai
@@ -145,12 +146,18 @@ def test_error_without_marker_is_left_alone() -> None:
     raise_for_refusal(RuntimeError("an ordinary failure"))
 
 
+def _openai_over(handler: Callable[[httpx.Request], httpx.Response]) -> openai.AsyncOpenAI:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    # openai annotates `http_client` with its own httpx2 client type only, but it checks at
+    # run time for an httpx2 or an httpx `AsyncClient` and takes either; this is httpx's.
+    return openai.AsyncOpenAI(api_key="k", base_url="http://provider.test/v1", http_client=http)  # type: ignore[arg-type]
+
+
 async def test_refusal_response_survives_the_openai_client() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         return _refusal(request, "denied", "model not allowed")
 
-    http = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
-    llm = openai.AsyncOpenAI(api_key="k", base_url="http://provider.test/v1", http_client=http)
+    llm = _openai_over(refuse)
 
     with pytest.raises(openai.PermissionDeniedError) as raised:
         await llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
@@ -168,8 +175,7 @@ async def test_rate_limit_refusal_is_not_retried_by_the_openai_client() -> None:
         seen.append(request)
         return _refusal(request, "rate_limited", "")
 
-    http = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
-    llm = openai.AsyncOpenAI(api_key="k", base_url="http://provider.test/v1", http_client=http)
+    llm = _openai_over(refuse)
 
     with pytest.raises(openai.RateLimitError) as raised:
         await llm.chat.completions.create(model="m", messages=[])

@@ -25,6 +25,7 @@ async def model(question: Question) -> None: ...
 async def raw_dict(input: dict[str, Any]) -> None: ...
 
 
+# Unannotated on purpose: a handler without annotations takes the input as it came.
 async def raw_untyped(input) -> None: ...  # type: ignore[no-untyped-def]
 
 

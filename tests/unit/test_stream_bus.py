@@ -69,7 +69,7 @@ async def test_cancelled_wait_loses_no_delta() -> None:
     bus = MemoryBus()
     async with bus.subscribe("e1") as subscription:
         waiter = asyncio.ensure_future(anext(subscription))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop: the waiter is now inside the queue's get
         waiter.cancel()
         bus.publish("e1", _delta(5))
         assert await anext(subscription) == _delta(5)
