@@ -79,7 +79,8 @@ class AgentRoutes:
         if caller.agent_id != request.path_params["agent_id"]:
             raise Forbidden("forbidden: an agent may only announce itself")
         body = parse_object(caller.body)
-        name, incarnation = body.get("instance"), body.get("incarnation")
+        name = text_field(body, "instance", required=True)
+        incarnation = text_field(body, "incarnation", required=True)
         if not is_instance_name(name):
             raise ValidationFailed(
                 "validation error: instance must be 1 to 200 visible ASCII characters, with"
