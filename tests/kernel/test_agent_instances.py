@@ -111,6 +111,9 @@ async def test_an_announcement_racing_a_completion_leaves_one_consistent_outcome
         assert (announcement, status) == (1, ExecutionStatus.RUNNING)
         assert await due(kernel) == {run.execution_id: 2}
     else:
+        # Either the completion went first, or it came after the lease was ended but before
+        # the reclaim returned it (as after an expired lease): the run is over either way.
         assert completion is None, completion
-        assert (announcement, status) == (0, ExecutionStatus.COMPLETED)
+        assert announcement in (0, 1)
+        assert status is ExecutionStatus.COMPLETED
         assert await due(kernel) == {}

@@ -11,6 +11,7 @@ never the kernel, never starlette.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import inspect
@@ -159,7 +160,8 @@ class Agent:
         self._instance.serving_on(sock.getsockname()[1])
         gc.collect()
         gc.freeze()
-        uvicorn.Server(config).run(sockets=[sock])
+        with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: an interrupt ends it
+            uvicorn.Server(config).run(sockets=[sock])
 
     async def join(self) -> None:
         """Wait for every handler run in flight to finish."""
