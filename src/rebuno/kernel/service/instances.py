@@ -11,11 +11,11 @@ Must not import a concrete store backend, the API, or httpx.
 
 from __future__ import annotations
 
+from rebuno.kernel.domain.dispatch import owns
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.domain.records import Dispatch
+from rebuno.kernel.domain.records import Dispatch, Lease
 from rebuno.kernel.service.base import ServiceBase, log
 from rebuno.kernel.service.dispatches import reclaim_expired_leases
-from rebuno.protocol.enums import DispatchStatus
 from rebuno.protocol.extensions import AgentInstance
 
 ANNOUNCE_LIMIT = 1000
@@ -46,16 +46,12 @@ class InstanceUseCases(ServiceBase):
     async def _end_lease(self, dispatch: Dispatch) -> int:
         """1 when it ended the lease of this attempt: it is still the live one, and its
         execution is not terminal (a completion may have won the lock meanwhile)."""
+        lease = Lease(dispatch.id, dispatch.attempt)
         try:
             async with self.transaction(dispatch.execution_id) as tx:
                 execution = await tx.get_execution(dispatch.execution_id)
                 current = await tx.get_dispatch(dispatch.id)
-                if (
-                    execution.status.is_terminal
-                    or current is None
-                    or current.status is not DispatchStatus.IN_FLIGHT
-                    or current.attempt != dispatch.attempt
-                ):
+                if execution.status.is_terminal or not owns(current, lease):
                     return 0
                 await tx.expire_lease(dispatch.id, dispatch.attempt)
         except NotFound:  # deleted by retention since it was listed
