@@ -19,6 +19,7 @@ from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.canonical import args_hash, canonical_args
 from rebuno.protocol.enums import Idempotency, StepKind
+from rebuno.protocol.extensions import AGENT_INSTANCES, AgentInstance
 from tests.counting import Counting
 from tests.support import ManualClock
 
@@ -150,3 +151,36 @@ class Answering:
 
     async def answer(self, execution_id: str) -> None:
         return None
+
+
+@dataclass
+class Acknowledging(Answering):
+    """An agent that acknowledges every webhook naming itself as `instance`."""
+
+    instance: AgentInstance | None = None
+
+    async def deliver(
+        self,
+        url: str,
+        secret: str,
+        execution_id: str,
+        body: bytes,
+        timeout_seconds: float,
+        *,
+        extensions: tuple[str, ...] = (),
+        carried: str | None = None,
+    ) -> DeliveryOutcome:
+        await super().deliver(
+            url, secret, execution_id, body, timeout_seconds, extensions=extensions, carried=carried
+        )
+        return DeliveryOutcome(ok=True, instance=self.instance)
+
+
+async def delivered(kernel: Kernel, instance: AgentInstance | None, agent_id: str = AGENT) -> Run:
+    """A new execution, delivered and acknowledged by `instance`."""
+    execution = await kernel.create_execution(agent_id, '{"topic":"x"}', None)
+    deliverer = Acknowledging(instance=instance)
+    [claimed] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
+    await kernel.deliver(claimed, deliverer)
+    assert AGENT_INSTANCES in deliverer.sent[0].extensions
+    return Run(kernel, execution.id, Lease(claimed.dispatch.id, claimed.dispatch.attempt))

@@ -13,7 +13,12 @@ from rebuno.kernel.service.dispatches import offered
 from rebuno.kernel.service.steps import wanted_by
 from rebuno.kernel.store.base import ClaimedDispatch, StepKey
 from rebuno.protocol.enums import Decision, DispatchStatus, ExecutionStatus, StepKind, StepStatus
-from rebuno.protocol.extensions import STEP_COMPLETIONS, STEP_OCCURRENCES, STEP_RECORDS
+from rebuno.protocol.extensions import (
+    AGENT_INSTANCES,
+    STEP_COMPLETIONS,
+    STEP_OCCURRENCES,
+    STEP_RECORDS,
+)
 from tests.kernel.conftest import AGENT, Run, redeliver, request
 from tests.support import ManualClock
 
@@ -124,11 +129,12 @@ def _claimed(status: ExecutionStatus, bundle: str | None) -> ClaimedDispatch:
 
 def test_only_a_first_delivery_without_policy_is_offered_step_records() -> None:
     first = _claimed(ExecutionStatus.PENDING, None)
-    numbered = (STEP_COMPLETIONS, STEP_OCCURRENCES)
+    always = (STEP_COMPLETIONS, AGENT_INSTANCES)
+    numbered = (*always, STEP_OCCURRENCES)
 
-    assert offered(first, step_records=True) == (STEP_COMPLETIONS, STEP_RECORDS)
+    assert offered(first, step_records=True) == (*always, STEP_RECORDS)
     assert offered(first, step_records=False) == numbered
     assert offered(_claimed(ExecutionStatus.RUNNING, None), True) == numbered
     assert offered(_claimed(ExecutionStatus.PENDING, "rules: []"), True) == numbered
     assert offered(_claimed(ExecutionStatus.BLOCKED, None), True) == numbered
-    assert offered(_claimed(ExecutionStatus.RUNNING, None), True, False) == (STEP_COMPLETIONS,)
+    assert offered(_claimed(ExecutionStatus.RUNNING, None), True, False) == always

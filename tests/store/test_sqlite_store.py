@@ -13,7 +13,7 @@ import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.sqlite import SqliteStore
-from rebuno.kernel.store.sqlite.schema import LATEST
+from rebuno.kernel.store.sqlite.schema import LATEST, MIGRATIONS
 from rebuno.kernel.store.sqlite.store import CHECKPOINT_EVERY
 from tests.store.builders import event, seed_execution
 
@@ -265,3 +265,29 @@ async def test_a_group_left_open_for_a_writer_that_was_cancelled_still_commits(
 
     assert queued is not None and queued.cancelled()
     assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == [1]
+
+
+async def test_a_database_of_the_first_version_is_migrated_keeping_its_rows(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("INSERT INTO agents VALUES ('a', 'http://x', 's', NULL, NULL, 0)")
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        agent = await store.get_agent("a")
+        columns = {row[1] for row in _columns(path, "dispatches")}
+    finally:
+        await store.close()
+
+    assert agent.webhook_url == "http://x"
+    assert {"instance_name", "instance_incarnation"} <= columns
+
+
+def _columns(path: Path, table: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"PRAGMA table_info({table})").fetchall()

@@ -28,14 +28,22 @@ talk the standard protocol unchanged.
   input in `Rebuno-Execution` (`carried`), signed with the agent's secret over the webhook body
   and that value in `Rebuno-Execution-Signature`, so the agent need not read the execution
   before it runs the handler. The body stays the four fields §6 names.
+- `agent-instances`: offered with every delivery. The agent names itself in its
+  acknowledgement (`Rebuno-Agent-Instance: <name>; incarnation=<uuid>`, `format_instance`):
+  the name of its process slot, stable across restarts, and a fresh id per start. After a
+  restart it announces the new incarnation (`POST /v0/agents/{id}/instances`), and the kernel
+  at once reclaims the deliveries an earlier incarnation of that name held, instead of
+  waiting for their leases to expire.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from rebuno.protocol import signing
 from rebuno.protocol.enums import ExecutionStatus
@@ -47,10 +55,14 @@ STEP_OCCURRENCES = "step-occurrences"
 EXECUTION_INPUT = "execution-input"
 EXECUTION_HEADER = "Rebuno-Execution"
 EXECUTION_SIGNATURE_HEADER = "Rebuno-Execution-Signature"
+AGENT_INSTANCES = "agent-instances"
+AGENT_INSTANCE_HEADER = "Rebuno-Agent-Instance"
+MAX_INSTANCE_NAME = 200
+"""Characters an instance name may have at most (`_NAME` says so too)."""
 _LIVE = frozenset(status.value for status in ExecutionStatus if not status.is_terminal)
 MAX_CARRIED_INPUT = 2048
 """Bytes of input JSON a webhook carries at most (4 KiB of header once encoded, with room)."""
-OFFERED = (STEP_COMPLETIONS,)
+OFFERED = (STEP_COMPLETIONS, AGENT_INSTANCES)
 """Offered with every delivery; `step-records` or `step-occurrences` is added per delivery."""
 
 
@@ -104,3 +116,54 @@ def read_carried(
 
 def _carried_message(body: bytes, value: str) -> bytes:
     return body + b"\n" + value.encode("ascii")
+
+
+# Visible ASCII without the header's own separators, quotes and backslash: a name goes into a
+# header as it is, and a host name with its port (`worker-3:5000`) fits.
+_NAME = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]{1,200}")
+_INCARNATION = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_INCARNATION_PARAMETER = "incarnation="
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInstance:
+    """An agent process: `name`, the same for every start of one process slot, and
+    `incarnation`, a fresh UUID per start (lower-case, hyphenated)."""
+
+    name: str
+    incarnation: str
+
+
+def is_instance_name(value: object) -> TypeGuard[str]:
+    """Whether `value` may name an instance: 1 to 200 visible ASCII characters other than
+    `"`, `,`, `;` and `\\`."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
+
+
+def is_incarnation(value: object) -> TypeGuard[str]:
+    """Whether `value` is a UUID in its lower-case hyphenated form."""
+    return isinstance(value, str) and _INCARNATION.fullmatch(value) is not None
+
+
+def instance(name: object, incarnation: object) -> AgentInstance | None:
+    """The instance, or None when either part is not valid."""
+    if is_instance_name(name) and is_incarnation(incarnation):
+        return AgentInstance(name, incarnation)
+    return None
+
+
+def format_instance(agent: AgentInstance) -> str:
+    """The `Rebuno-Agent-Instance` value: `<name>; incarnation=<uuid>`."""
+    return f"{agent.name}; {_INCARNATION_PARAMETER}{agent.incarnation}"
+
+
+def parse_instance(value: str | None) -> AgentInstance | None:
+    """The instance a `Rebuno-Agent-Instance` value names, or None when it is absent or not
+    exactly `<name>; incarnation=<uuid>` with a valid name and UUID."""
+    if not value or len(value) > MAX_INSTANCE_NAME + 64:
+        return None
+    name, separator, parameter = value.partition(";")
+    parameter = parameter.strip()
+    if not separator or not parameter.startswith(_INCARNATION_PARAMETER):
+        return None
+    return instance(name.strip(), parameter[len(_INCARNATION_PARAMETER) :])

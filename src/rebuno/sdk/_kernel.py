@@ -86,6 +86,11 @@ class KernelClient:
             pool, self._pool = self._pool, None
             await pool.aclose()
 
+    async def announce_instance(self, instance: str, incarnation: str) -> None:
+        """Tell the kernel this incarnation of `instance` started (`agent-instances`)."""
+        body = encode_json({"instance": instance, "incarnation": incarnation})
+        await self._send("POST", f"/v0/agents/{segment(self.agent_id)}/instances", body)
+
     async def get_execution(self, execution_id: str) -> Execution:
         response = await self._send("GET", f"/v0/executions/{segment(execution_id)}")
         return Execution.model_validate_json(response.body)

@@ -11,6 +11,7 @@ never the kernel, never starlette.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import inspect
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from rebuno.protocol import extensions, signing
 from rebuno.protocol.extensions import (
+    AGENT_INSTANCES,
     EXECUTION_HEADER,
     EXECUTION_INPUT,
     EXECUTION_SIGNATURE_HEADER,
@@ -32,6 +34,7 @@ from rebuno.protocol.extensions import (
 )
 from rebuno.sdk._context import ExecutionContext, jsonable
 from rebuno.sdk._inputs import InputBinder
+from rebuno.sdk._instance import Instance, configured_name
 from rebuno.sdk._kernel import KernelClient
 from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
 from rebuno.sdk.errors import (
@@ -56,6 +59,7 @@ Durability = Literal["durable", "batched"]
 """How a step's record relates to its body: see `Agent`."""
 _DURABILITIES: tuple[Durability, ...] = ("durable", "batched")
 _QUIET = (Blocked, Terminated, LeaseSuperseded)
+_ANNOUNCE_WAIT_SECONDS = 2.0
 
 
 class Agent:
@@ -73,6 +77,11 @@ class Agent:
             `"batched"` opts in to running `safe_to_retry` steps of a first delivery before
             recording them, when the kernel offers it (`step-records`): fewer requests, but a
             crash re-runs every step not yet reported (docs/extensions.md says what it costs).
+        instance: The name of this process slot, the same each time the process restarts and
+            different for every other process serving this agent (`agent-instances`); defaults
+            to `REBUNO_AGENT_INSTANCE`, else `<hostname>:<port>` once the port is known. A
+            restarted agent announces its new start, and the kernel redelivers at once what
+            the killed one held instead of waiting for its lease.
 
     Example:
         agent = Agent("hello", secret="dev-secret", base_url="http://127.0.0.1:8080")
@@ -92,6 +101,7 @@ class Agent:
         webhook_path: str = "/webhook",
         kernel_timeout: float = 35.0,
         durability: Durability = "durable",
+        instance: str | None = None,
     ) -> None:
         if not agent_id:
             raise ValueError("agent_id must be a non-empty string")
@@ -110,9 +120,15 @@ class Agent:
         self._kernel = KernelClient(
             agent_id=agent_id, secret=secret, base_url=base_url, timeout=kernel_timeout
         )
+        self._instance = Instance(self._kernel, configured_name(instance))
         self._handler: Callable[..., Any] | None = None
         self._binder: InputBinder | None = None
         self._deliveries = Deliveries()
+
+    @property
+    def instance(self) -> str | None:
+        """This process's instance name, once known (see `instance=`)."""
+        return self._instance.name
 
     def bind(self, process: Callable[..., Any]) -> None:
         """Attach the handler; its signature decides how the execution input is passed."""
@@ -123,7 +139,8 @@ class Agent:
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app serving the webhook, for mounting in any ASGI server.
 
-        Its lifespan shutdown calls `close()`.
+        Its lifespan startup announces the instance to the kernel when its name is known
+        (else the first webhook does, once it learnt the port); its shutdown calls `close()`.
         """
         return _App(self)
 
@@ -135,9 +152,16 @@ class Agent:
         import uvicorn
 
         self.bind(process)
+        config = uvicorn.Config(self.app, host=host, port=port, lifespan="on", interface="asgi3")
+        # Listening before the lifespan starts: uvicorn would open the port only after it,
+        # and the redelivery the start-up announcement triggers must not find it closed.
+        sock = config.bind_socket()
+        sock.listen(config.backlog)
+        self._instance.serving_on(sock.getsockname()[1])
         gc.collect()
         gc.freeze()
-        uvicorn.run(self.app, host=host, port=port, lifespan="on", interface="asgi3")
+        with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: an interrupt ends it
+            uvicorn.Server(config).run(sockets=[sock])
 
     async def join(self) -> None:
         """Wait for every handler run in flight to finish."""
@@ -150,6 +174,7 @@ class Agent:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._instance.close()
         await self._kernel.aclose()
 
     async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -174,6 +199,8 @@ class Agent:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
+                # In the background, once the server is told it may open its port.
+                self._instance.announce()
             elif message["type"] == "lifespan.shutdown":
                 await self.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -204,7 +231,24 @@ class Agent:
             # Refused, not acknowledged: the kernel redelivers once a handler is bound.
             await _respond(send, 503, {"error": "no handler bound: call agent.bind(process)"})
         else:
-            await _respond(send, 200, {"accepted": self._accept(delivery)})
+            named = await self._named(scope, delivery)
+            await _respond(send, 200, {"accepted": self._accept(delivery)}, named)
+
+    async def _named(self, scope: Scope, delivery: Delivery) -> list[tuple[bytes, bytes]]:
+        """The acknowledgement's `Rebuno-Agent-Instance` header, when the kernel offers the
+        extension. An instance named only now (the server's port) is announced first."""
+        if AGENT_INSTANCES not in delivery.extensions:
+            return []
+        instance = self._instance
+        if instance.name is None:
+            server = scope.get("server")
+            instance.serving_on(server[1] if server else None)
+        announcement = instance.announce()
+        if announcement is not None and not announcement.done():
+            # Bounded: a kernel slow to answer it must not make this delivery time out.
+            await asyncio.wait({announcement}, timeout=_ANNOUNCE_WAIT_SECONDS)
+        header = instance.header()
+        return [] if header is None else [header]
 
     def _accept(self, delivery: Delivery) -> bool:
         run, superseded = self._deliveries.admit(delivery)
@@ -335,10 +379,18 @@ def _header(scope: Scope, name: str) -> str | None:
     return bytes(values[0]).decode("latin-1")
 
 
-async def _respond(send: Send, status: int, payload: dict[str, Any], allow: str = "") -> None:
+async def _respond(
+    send: Send,
+    status: int,
+    payload: dict[str, Any],
+    extra: list[tuple[bytes, bytes]] | None = None,
+    allow: str = "",
+) -> None:
     body = json.dumps(payload).encode("utf-8")
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if allow:
         headers.append((b"allow", allow.encode()))
+    if extra:
+        headers.extend(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -12,15 +12,19 @@ from urllib.parse import urlsplit
 
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.protocol.extensions import (
+    AGENT_INSTANCE_HEADER,
     EXECUTION_HEADER,
     EXECUTION_SIGNATURE_HEADER,
     EXTENSIONS_HEADER,
+    AgentInstance,
+    parse_instance,
     sign_carried,
 )
 from rebuno.protocol.signing import EXECUTION_ID_HEADER, SIGNATURE_HEADER, sign_body
 from rebuno.wire import Pool, TransportError
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
+_INSTANCE_NAME = AGENT_INSTANCE_HEADER.lower().encode("ascii")
 MAX_ORIGINS = 1024
 """Agent origins kept with open pools; past that the oldest pool is closed."""
 
@@ -61,7 +65,7 @@ class HttpDeliverer:
         except (TransportError, ValueError) as exc:
             return DeliveryOutcome(False, f"{type(exc).__name__}: {exc}")
         if 200 <= response.status < 300:
-            return DeliveryOutcome(True)
+            return DeliveryOutcome(True, instance=_instance(response.headers))
         return DeliveryOutcome(False, f"agent answered {response.status}")
 
     async def _pool_for(self, url: str, timeout_seconds: float) -> tuple[Pool, str]:
@@ -80,3 +84,12 @@ class HttpDeliverer:
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.aclose()
+
+
+def _instance(headers: list[tuple[bytes, bytes]]) -> AgentInstance | None:
+    """The instance an acknowledgement names; none when the header is absent, repeated or
+    malformed (`agent-instances`: a bad value is ignored, the acknowledgement still counts)."""
+    values = [value for name, value in headers if name == _INSTANCE_NAME]
+    if len(values) != 1:
+        return None
+    return parse_instance(values[0].decode("latin-1"))

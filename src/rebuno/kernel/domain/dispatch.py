@@ -16,6 +16,7 @@ import orjson
 
 from rebuno.kernel.domain.records import Agent, Dispatch, Lease
 from rebuno.protocol.enums import DispatchStatus
+from rebuno.protocol.extensions import AgentInstance
 
 MIN_AGENT_LEASE_SECONDS = 10.0
 MAX_AGENT_LEASE_SECONDS = 7 * 24 * 3600.0
@@ -27,6 +28,8 @@ expiry past what timestamps can hold and stop lease recovery."""
 class DeliveryOutcome:
     ok: bool
     detail: str = ""
+    instance: AgentInstance | None = None
+    """Who acknowledged it, when the agent named itself (`agent-instances`)."""
 
 
 def owns(dispatch: Dispatch | None, lease: Lease) -> bool:

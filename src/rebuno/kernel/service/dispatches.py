@@ -114,7 +114,16 @@ class DispatchUseCases(ServiceBase):
                 dispatch.id,
                 dispatch.attempt,
             )
-            await self._record_ack(claimed)
+            if outcome.instance is None:
+                await self._record_ack(claimed)
+            else:
+                # Side by side, not one after the other: on PostgreSQL the two statements
+                # overlap on two connections, on SQLite they share one commit. The instance
+                # stands for the attempt whether or not the acknowledgement's events commit.
+                record = self.store.set_dispatch_instance(
+                    dispatch.id, dispatch.attempt, outcome.instance
+                )
+                await asyncio.gather(self._record_ack(claimed), record)
         else:
             log.warning(
                 "delivery failed: execution_id=%s dispatch_id=%s attempt=%d: %s",
@@ -195,6 +204,19 @@ class DispatchUseCases(ServiceBase):
             if not execution.status.is_terminal:
                 await _exhausted(tx, execution, self.clock())
         self.ended(dispatch.execution_id)
+
+
+async def reclaim_expired_leases(kernel: ServiceBase) -> int:
+    """Returns every expired lease to the queue and wakes the dispatch loop: the reaper's
+    tick, and the second half of reclaiming the deliveries of a restarted agent instance."""
+    count = await kernel.store.reclaim_expired(
+        kernel.clock(), kernel.settings.dispatch_lease_timeout
+    )
+    metrics.leases_reclaimed(count)
+    if count:
+        log.info("returned %d expired dispatch leases to the queue", count)
+        kernel.wake()
+    return count
 
 
 async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:

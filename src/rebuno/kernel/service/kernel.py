@@ -12,12 +12,20 @@ from rebuno.kernel.service.approvals import ApprovalUseCases
 from rebuno.kernel.service.base import log
 from rebuno.kernel.service.dispatches import DispatchUseCases
 from rebuno.kernel.service.executions import ExecutionUseCases
+from rebuno.kernel.service.instances import InstanceUseCases
 from rebuno.kernel.service.steps import StepUseCases
 
 READY_TIMEOUT_SECONDS = 2.0
 
 
-class Kernel(ExecutionUseCases, StepUseCases, ApprovalUseCases, AgentUseCases, DispatchUseCases):
+class Kernel(
+    ExecutionUseCases,
+    StepUseCases,
+    ApprovalUseCases,
+    AgentUseCases,
+    DispatchUseCases,
+    InstanceUseCases,
+):
     """Every use case of the kernel; each opens exactly one store transaction."""
 
     async def ready(self) -> bool:

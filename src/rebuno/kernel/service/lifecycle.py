@@ -13,24 +13,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
-from rebuno.kernel import metrics
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.service.base import log
+from rebuno.kernel.service.dispatches import reclaim_expired_leases
 from rebuno.kernel.service.executions import DEADLINE_EXCEEDED
 from rebuno.kernel.service.kernel import Kernel
 
 PAGE = 100
-
-
-async def reclaim_expired_leases(kernel: Kernel) -> int:
-    count = await kernel.store.reclaim_expired(
-        kernel.clock(), kernel.settings.dispatch_lease_timeout
-    )
-    metrics.leases_reclaimed(count)
-    if count:
-        log.info("returned %d expired dispatch leases to the queue", count)
-        kernel.wake()
-    return count
 
 
 async def expire_approvals(kernel: Kernel) -> int:

@@ -28,6 +28,7 @@ from rebuno.kernel.domain.records import (
     Step,
 )
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepKind, StepStatus
+from rebuno.protocol.extensions import AgentInstance
 
 T = TypeVar("T")
 
@@ -279,6 +280,11 @@ class Transaction(Protocol):
 
     async def update_dispatch(self, dispatch: Dispatch) -> None: ...
 
+    async def expire_lease(self, dispatch_id: str, attempt: int) -> None:
+        """Ends this attempt's lease now, while it is the live one: its `locked_at` goes back
+        to the epoch, so the next `reclaim_expired` returns it to the queue."""
+        ...
+
     async def insert_approval(self, approval: Approval) -> None: ...
 
     async def update_approval(self, approval: Approval) -> None: ...
@@ -378,6 +384,20 @@ class Store(Protocol):
 
     async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:
         """Returns expired `in_flight` dispatches to `pending`; how many it returned."""
+        ...
+
+    async def set_dispatch_instance(
+        self, dispatch_id: str, attempt: int, instance: AgentInstance
+    ) -> None:
+        """Records which agent instance acknowledged this attempt, while it is in flight (one
+        committed statement). A claim clears it."""
+        ...
+
+    async def list_superseded_dispatches(
+        self, agent_id: str, instance: AgentInstance, limit: int
+    ) -> list[Dispatch]:
+        """The agent's in-flight dispatches whose attempt an instance of this name with
+        another incarnation acknowledged; at most `limit`, by id."""
         ...
 
     # -- background sweeps (ids to act on; each is then handled in its own transaction) --

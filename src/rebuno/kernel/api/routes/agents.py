@@ -1,4 +1,5 @@
-"""Agent administration (§5.3, bearer) and the agent's own metadata route (§21.3, HMAC).
+"""Agent administration (§5.3, bearer), and the agent's own routes (HMAC): its metadata
+(§21.3) and the announcement of a restarted instance (`agent-instances`).
 
 The secret goes in with a registration and never comes back out. Must not import a store
 backend or the dispatcher.
@@ -17,6 +18,7 @@ from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, no_content, render_agent
 from rebuno.kernel.domain.errors import Forbidden, ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
+from rebuno.protocol.extensions import AgentInstance, is_incarnation, is_instance_name
 
 
 class AgentRoutes:
@@ -30,6 +32,7 @@ class AgentRoutes:
             route("/v0/agents", GET=self.list, POST=self.register),
             route(one, GET=self.get, DELETE=self.delete),
             route(one + "/metadata", PUT=self.metadata),
+            route(one + "/instances", POST=self.announce),
         ]
 
     async def register(self, request: Request) -> Response:
@@ -70,3 +73,24 @@ class AgentRoutes:
             raise Forbidden("forbidden: an agent may only describe itself")
         parse_object(caller.body)
         return no_content()
+
+    async def announce(self, request: Request) -> Response:
+        """An incarnation of an agent instance started: what earlier ones held is reclaimed."""
+        caller = await self._gate.agent(request)
+        if caller.agent_id != request.path_params["agent_id"]:
+            raise Forbidden("forbidden: an agent may only announce itself")
+        body = parse_object(caller.body)
+        name = text_field(body, "instance", required=True)
+        incarnation = text_field(body, "incarnation", required=True)
+        if not is_instance_name(name):
+            raise ValidationFailed(
+                "validation error: instance must be 1 to 200 visible ASCII characters, with"
+                " no double quote, comma, semicolon or backslash"
+            )
+        if not is_incarnation(incarnation):
+            raise ValidationFailed(
+                "validation error: incarnation must be a lower-case hyphenated UUID"
+            )
+        instance = AgentInstance(name, incarnation)
+        reclaimed = await self._kernel.announce_instance(caller.agent_id, instance)
+        return json_response({"reclaimed": reclaimed})

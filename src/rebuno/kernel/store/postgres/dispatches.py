@@ -17,6 +17,7 @@ from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.kernel.store.postgres import agents, executions
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import DispatchStatus
+from rebuno.protocol.extensions import AgentInstance
 
 CHANNEL = "rebuno_dispatch"
 """Notified by `rebuno_apply` when a dispatch is inserted, with the enqueuing store's tag."""
@@ -39,7 +40,8 @@ _CLAIM = f"""
         DELETE FROM dispatch_step_counters c USING due WHERE c.dispatch_id = due.id
     ), d AS (
         UPDATE dispatches d SET status = 'in_flight', attempt = d.attempt + 1,
-            locked_by = %(replica)s, locked_at = %(now)s, updated_at = %(now)s
+            locked_by = %(replica)s, locked_at = %(now)s, updated_at = %(now)s,
+            instance_name = NULL, instance_incarnation = NULL
         FROM due WHERE d.id = due.id
         RETURNING d.*
     )
@@ -66,6 +68,22 @@ _RECLAIM = f"""
         FOR UPDATE OF d SKIP LOCKED
     ) expired
     WHERE d.id = expired.id
+"""
+
+_SET_INSTANCE = """
+    UPDATE dispatches SET instance_name = %s, instance_incarnation = %s
+    WHERE id = %s AND attempt = %s AND status = 'in_flight'
+"""
+_LIST_SUPERSEDED = f"""
+    SELECT {COLUMNS} FROM dispatches d JOIN executions e ON e.id = d.execution_id
+    WHERE d.status = 'in_flight' AND d.instance_name = %s AND d.instance_incarnation <> %s
+        AND e.agent_id = %s
+    ORDER BY d.id LIMIT %s
+"""
+# The epoch: every effective lease has expired by then, and it reads back as a datetime.
+_EXPIRE_LEASE = """
+    UPDATE dispatches SET locked_at = 'epoch'
+    WHERE id = %s AND attempt = %s AND status = 'in_flight'
 """
 
 
@@ -118,3 +136,25 @@ async def reclaim_page(conn: Executor, now: datetime, default_lease: timedelta) 
     """Returns up to one page of expired leases to the queue; how many it returned."""
     cur = await conn.execute(_RECLAIM, {"now": now, "default_lease": default_lease.total_seconds()})
     return cur.rowcount
+
+
+async def set_instance(
+    conn: Executor, dispatch_id: str, attempt: int, instance: AgentInstance
+) -> None:
+    """Records who acknowledged this attempt, while it is still the live one."""
+    await conn.execute(_SET_INSTANCE, (instance.name, instance.incarnation, dispatch_id, attempt))
+
+
+async def list_superseded(
+    conn: Executor, agent_id: str, instance: AgentInstance, limit: int
+) -> list[Dispatch]:
+    """The agent's in-flight attempts acknowledged by another incarnation of this instance."""
+    cur = await conn.execute(
+        _LIST_SUPERSEDED, (instance.name, instance.incarnation, agent_id, limit)
+    )
+    return [from_row(row) for row in await cur.fetchall()]
+
+
+async def expire_lease(conn: Executor, dispatch_id: str, attempt: int) -> None:
+    """Backdates the attempt's lease to the epoch, so the next reclaim takes it as expired."""
+    await conn.execute(_EXPIRE_LEASE, (dispatch_id, attempt))

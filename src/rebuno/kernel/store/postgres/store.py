@@ -23,7 +23,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
+from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
 from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import ClaimedDispatch, Completion, ExecutionFilter, Page, Unchanged
 from rebuno.kernel.store.postgres import (
@@ -46,6 +46,7 @@ from rebuno.kernel.store.postgres.transaction import (
     optimistic,
 )
 from rebuno.protocol.enums import ApprovalStatus
+from rebuno.protocol.extensions import AgentInstance
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -253,6 +254,16 @@ class PostgresStore:
             total += count
             if count < dispatches.RECLAIM_PAGE:
                 return total
+
+    async def set_dispatch_instance(
+        self, dispatch_id: str, attempt: int, instance: AgentInstance
+    ) -> None:
+        await self._read(dispatches.set_instance, dispatch_id, attempt, instance)
+
+    async def list_superseded_dispatches(
+        self, agent_id: str, instance: AgentInstance, limit: int
+    ) -> list[Dispatch]:
+        return await self._read(dispatches.list_superseded, agent_id, instance, limit)
 
     # -- background sweeps ---------------------------------------------------------------
     async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:

@@ -310,6 +310,9 @@ class PostgresTransaction:
     async def update_dispatch(self, dispatch: Dispatch) -> None:
         self._writes.add(writes.update_dispatch(dispatch))
 
+    async def expire_lease(self, dispatch_id: str, attempt: int) -> None:
+        await self._run(dispatches.expire_lease, dispatch_id, attempt)
+
     async def insert_approval(self, approval: Approval) -> None:
         await self._run(approvals.insert, approval)
 

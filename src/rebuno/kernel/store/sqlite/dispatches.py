@@ -25,6 +25,7 @@ from rebuno.kernel.store.sqlite.timestamps import (
     to_micros_or_none,
 )
 from rebuno.protocol.enums import DispatchStatus
+from rebuno.protocol.extensions import AgentInstance
 
 COLUMNS = (
     "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at,"
@@ -164,7 +165,7 @@ def claim(
     micros = to_micros(now)
     conn.execute(
         """UPDATE dispatches SET status = 'in_flight', attempt = attempt + 1, locked_by = ?,
-               locked_at = ?, updated_at = ?
+               locked_at = ?, updated_at = ?, instance_name = NULL, instance_incarnation = NULL
            WHERE id IN (SELECT value FROM json_each(?))""",
         (replica_id, micros, micros, ids),
     )
@@ -222,3 +223,38 @@ def reclaim_page(conn: sqlite3.Connection, now: datetime, default_lease: timedel
         {"now": micros, "shortest": shortest, "default": default, "page": RECLAIM_PAGE},
     )
     return cursor.rowcount
+
+
+def set_instance(
+    conn: sqlite3.Connection, dispatch_id: str, attempt: int, instance: AgentInstance
+) -> None:
+    """Records who acknowledged this attempt, while it is still the live one."""
+    conn.execute(
+        """UPDATE dispatches SET instance_name = ?, instance_incarnation = ?
+           WHERE id = ? AND attempt = ? AND status = 'in_flight'""",
+        (instance.name, instance.incarnation, dispatch_id, attempt),
+    )
+
+
+def list_superseded(
+    conn: sqlite3.Connection, agent_id: str, instance: AgentInstance, limit: int
+) -> list[Dispatch]:
+    """The agent's in-flight attempts acknowledged by another incarnation of this instance."""
+    rows = conn.execute(
+        f"""SELECT {_D_COLUMNS} FROM dispatches d
+            JOIN executions e ON e.id = d.execution_id
+            WHERE d.status = 'in_flight' AND d.instance_name = ?
+              AND d.instance_incarnation != ? AND e.agent_id = ?
+            ORDER BY d.id LIMIT ?""",
+        (instance.name, instance.incarnation, agent_id, limit),
+    ).fetchall()
+    return [to_record(row) for row in rows]
+
+
+def expire_lease(conn: sqlite3.Connection, dispatch_id: str, attempt: int) -> None:
+    """Backdates the attempt's lease to the epoch, so the next reclaim takes it as expired."""
+    conn.execute(
+        """UPDATE dispatches SET locked_at = 0
+           WHERE id = ? AND attempt = ? AND status = 'in_flight'""",
+        (dispatch_id, attempt),
+    )

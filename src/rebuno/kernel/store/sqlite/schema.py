@@ -143,7 +143,14 @@ _TRIGGERS = (
         BEGIN SELECT RAISE(ABORT, 'step_terminal'); END""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_TABLES + _INDEXES + _TRIGGERS,)
+# `agent-instances`: who acknowledged a dispatch's current attempt (set with the acknowledgement,
+# cleared by the next claim), so a new incarnation of that instance can have it reclaimed.
+_AGENT_INSTANCES = (
+    "ALTER TABLE dispatches ADD COLUMN instance_name TEXT",
+    "ALTER TABLE dispatches ADD COLUMN instance_incarnation TEXT",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_TABLES + _INDEXES + _TRIGGERS, _AGENT_INSTANCES)
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
 
 LATEST = len(MIGRATIONS)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
+from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
 from rebuno.kernel.store.base import (
     ClaimedDispatch,
     Completion,
@@ -57,6 +57,7 @@ from rebuno.kernel.store.sqlite.transaction import (
     still_unchanged,
 )
 from rebuno.protocol.enums import ApprovalStatus
+from rebuno.protocol.extensions import AgentInstance
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -428,6 +429,18 @@ class SqliteStore:
             total += reclaimed
             if reclaimed < dispatches.RECLAIM_PAGE:
                 return total
+
+    async def set_dispatch_instance(
+        self, dispatch_id: str, attempt: int, instance: AgentInstance
+    ) -> None:
+        async with self._write() as conn:
+            with driver_errors(self._path):
+                dispatches.set_instance(conn, dispatch_id, attempt, instance)
+
+    async def list_superseded_dispatches(
+        self, agent_id: str, instance: AgentInstance, limit: int
+    ) -> list[Dispatch]:
+        return self._read(dispatches.list_superseded, agent_id, instance, limit)
 
     # -- background sweeps ---------------------------------------------------------------
     async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:

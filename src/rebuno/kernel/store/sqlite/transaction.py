@@ -165,6 +165,9 @@ class SqliteTransaction:
     async def update_dispatch(self, dispatch: Dispatch) -> None:
         self._run(dispatches.update, dispatch)
 
+    async def expire_lease(self, dispatch_id: str, attempt: int) -> None:
+        self._run(dispatches.expire_lease, dispatch_id, attempt)
+
     async def insert_approval(self, approval: Approval) -> None:
         self._run(approvals.insert, approval)
 
