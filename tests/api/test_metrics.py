@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
 from rebuno.kernel.metrics import HttpMetrics
-from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service import dispatches
 from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import AGENT, BASE_URL, TOKEN, AgentClient, claim
 from tests.support import ManualClock
@@ -131,7 +131,7 @@ async def test_step_decisions_policy_time_and_replay_after_a_reclaimed_lease(
     completed = await first.post(f"{steps_path}/{step_id}/complete", {"result": "ok"})
     assert completed.status_code == 200
     clock.advance(timedelta(seconds=31))
-    assert await lifecycle.reclaim_expired_leases(kernel) == 1
+    assert await dispatches.reclaim_expired_leases(kernel) == 1
     second = replace(agent, lease=await claim(kernel, execution.id))
     replayed = (await second.post(steps_path, SEARCH)).json()
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import ROOT, Kernel, Process, Server, free_port, poll
+from tests.e2e.processes import ROOT, Kernel, Process, Server, free_port
+from tests.support import poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -93,10 +94,10 @@ def test_a_killed_agent_restarted_in_its_slot_gets_its_run_back_before_the_lease
 
     try:
         first = start_agent(HANG_IN="fetch")
-        poll(lambda: _listening(port), 30, f"the agent to listen\n{logs()}")
+        poll_until(lambda: _listening(port), 30, f"the agent to listen\n{logs()}")
         created = kernel.post("/v0/executions", {"agent_id": AGENT, "input": {"item": "tea"}})
-        execution_id = str(created["id"])  # type: ignore[index]
-        poll(lambda: "fetch" in side.read_text().splitlines(), 30, f"fetch to run\n{logs()}")
+        execution_id = str(created["id"])
+        poll_until(lambda: "fetch" in side.read_text().splitlines(), 30, f"fetch to run\n{logs()}")
         first.kill()
         restarted = time.monotonic()
         start_agent()

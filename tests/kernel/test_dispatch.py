@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
-from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service import dispatches
 from rebuno.kernel.service.dispatches import DispatchLoop
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
@@ -145,7 +145,7 @@ async def test_expired_lease_is_redelivered_with_the_next_attempt(
     await wait_until(lambda: len(agent.deliveries) == 1)
 
     async def reclaimed() -> bool:
-        await lifecycle.reclaim_expired_leases(live_kernel)
+        await dispatches.reclaim_expired_leases(live_kernel)
         return len(agent.deliveries) >= 2
 
     await wait_until(reclaimed, message="redelivery after the lease expired")
