@@ -4,7 +4,7 @@ a time on a kept-alive connection:
 
 - (a) `httpx.AsyncClient` with its own transport (httpcore);
 - (b) `httpx.AsyncClient` over `PoolTransport`, an httpx transport backed by the lean pool;
-- (c) the lean pool (`rebuno.wire.Pool`) called directly, as the SDK and the dispatcher do.
+- (c) the lean pool (`rebuno._http.Pool`) called directly, as the SDK and the dispatcher do.
 
 The server runs in a process of its own (uvloop and httptools, as the kernel and an agent run
 it), so the CPU time measured here is the client's alone. The clients take turns within each
@@ -12,7 +12,7 @@ round, so drift on a shared machine hits them alike; each is warmed up before it
 
 `python -m bench.http_client [--requests N] [--rounds R] [--loops uvloop,asyncio]`
 
-Imports httpx, uvicorn, uvloop, `rebuno.wire` and the bench's own modules; never the kernel
+Imports httpx, uvicorn, uvloop, `rebuno._http` and the bench's own modules; never the kernel
 or the SDK.
 """
 
@@ -34,7 +34,7 @@ import uvloop
 
 from bench.processes import Process, free_port
 from bench.stats import median, percentile
-from rebuno.wire import Pool, Timeout, TransportError
+from rebuno._http import Pool, Timeout, TransportError
 
 US = 1e6
 WARM_UP = 200
