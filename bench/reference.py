@@ -7,7 +7,7 @@ multiples of it, which stay comparable when the machine is slower or busier than
 
 `python -m bench.reference DB_URL PORT` runs the server (one process, uvicorn's defaults as
 the kernel uses them); the client side runs in the harness, on the lean HTTP pool the SDK
-uses. Imports psycopg, uvicorn, `rebuno.wire` and the bench's own modules.
+uses. Imports psycopg, uvicorn, `rebuno._http` and the bench's own modules.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from bench.outcome import Context, Outcome
 from bench.processes import Process, free_port, fresh_store
 from bench.stats import median
-from rebuno.wire import Pool
+from rebuno._http import Pool
 
 MS = 1000.0
 BODY = b'{"i":0,"payload":"' + b"x" * 100 + b'"}'

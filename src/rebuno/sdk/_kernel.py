@@ -3,8 +3,8 @@
 
 Every request is signed with the `v1=` request scheme; every write carries the lease
 (`Rebuno-Dispatch-Id`, `Rebuno-Dispatch-Attempt`) the webhook was delivered under. The calls
-go through the lean keep-alive pool of `rebuno.wire`, since they are most of a durable step's
-cost on the agent's side. Imports only `rebuno.protocol`, `rebuno.wire`, the SDK's own modules
+go through the lean keep-alive pool of `rebuno._http`, since they are most of a durable step's
+cost on the agent's side. Imports only `rebuno.protocol`, `rebuno._http`, the SDK's own modules
 and models; never the kernel.
 """
 
@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rebuno._http import Pool, Response
 from rebuno.protocol import signing
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_OCCURRENCES, STEP_RECORDS, parse
 from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.types import Execution, StepDecision
-from rebuno.wire import Pool, Response
 
 # One encoder for every body: json.dumps with options builds a fresh one per call.
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)

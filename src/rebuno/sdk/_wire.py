@@ -1,7 +1,7 @@
 """What the SDK's two kernel clients (the agent's signed one and `Client`) share on top of the
-lean pool of `rebuno.wire`: opening it with the SDK's TLS trust, one path segment escaped, and
+lean pool of `rebuno._http`: opening it with the SDK's TLS trust, one path segment escaped, and
 one request sent with the failures turned into the SDK's exceptions.
-Imports only `rebuno.wire`, the SDK's errors and httpx (for its TLS trust settings).
+Imports only `rebuno._http`, the SDK's errors and httpx (for its TLS trust settings).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from urllib.parse import quote
 
 import httpx
 
+from rebuno._http import Pool, Response, TransportError
 from rebuno.sdk.errors import NetworkError, error_from_envelope
-from rebuno.wire import Pool, Response, TransportError
 
 JSON = ("Content-Type", "application/json")
 

@@ -1,9 +1,9 @@
 """`Client`: the bearer-authenticated caller of the kernel's client API (docs/protocol.md §5.1,
 §5.3, §16.2): executions, their events and steps, approvals, and live output streams.
 
-Requests go through the lean keep-alive pool of `rebuno.wire`; only `stream` (server-sent
+Requests go through the lean keep-alive pool of `rebuno._http`; only `stream` (server-sent
 events, long-lived) goes through httpx, opened on first use. Errors come back as the SDK's
-exceptions, chosen from the envelope's code. Imports only `rebuno.wire`, httpx (for `stream`
+exceptions, chosen from the envelope's code. Imports only `rebuno._http`, httpx (for `stream`
 and its TLS trust settings) and the SDK's own modules and models; never the kernel.
 """
 
@@ -20,10 +20,10 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
+from rebuno._http import Pool, Response
 from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.sdk.errors import NetworkError, error_from_envelope
 from rebuno.types import Approval, Event, Execution, ExecutionPage, Step, StreamDelta
-from rebuno.wire import Pool, Response
 
 _WAIT_FIRST_DELAY = 0.05
 _WAIT_MAX_DELAY = 1.0

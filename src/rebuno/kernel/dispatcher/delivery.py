@@ -1,6 +1,6 @@
 """The signed webhook POST (§6): body-scheme signature, per-attempt timeout, any 2xx is ok.
 
-Deliveries go over `rebuno.wire`'s keep-alive pools, one per agent origin: a delivery is on the
+Deliveries go over `rebuno._http`'s keep-alive pools, one per agent origin: a delivery is on the
 path of every execution, and a general-purpose client costs more than the rest of it. Redirects
 are not followed (§6 allows either); a 3xx is a failed attempt like any other non-2xx.
 Must not import the store, the service layer, or the API.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from rebuno._http import Pool, TransportError
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.protocol.extensions import (
     AGENT_INSTANCE_HEADER,
@@ -21,7 +22,6 @@ from rebuno.protocol.extensions import (
     sign_carried,
 )
 from rebuno.protocol.signing import EXECUTION_ID_HEADER, SIGNATURE_HEADER, sign_body
-from rebuno.wire import Pool, TransportError
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 _INSTANCE_NAME = AGENT_INSTANCE_HEADER.lower().encode("ascii")

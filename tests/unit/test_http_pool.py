@@ -1,4 +1,4 @@
-"""The agent's lean HTTP/1.1 transport (`rebuno.wire`) and the kernel client on top of it,
+"""The lean HTTP/1.1 client (`rebuno._http`) and the agent's kernel client on top of it,
 against real loopback servers: uvicorn for the ordinary exchange, and a hand-rolled asyncio
 server for what uvicorn never does on purpose (chunks, closes, silence)."""
 
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import uvloop
 
+from rebuno._http import PARSERS, Pool, Response, Timeout, TransportError
 from rebuno.protocol import signing
 from rebuno.sdk._kernel import Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError
-from rebuno.wire import PARSERS, Pool, Response, Timeout, TransportError
 from tests.sdk.loopback import serving
 from tests.support import asgi_body, wait_until
 
