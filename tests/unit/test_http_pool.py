@@ -20,6 +20,7 @@ import pytest
 import uvloop
 
 from rebuno._http import PARSERS, Pool, Response, Timeout, TransportError
+from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.protocol import signing
 from rebuno.sdk._kernel import Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError
@@ -572,3 +573,25 @@ def test_response_keeps_status_headers_and_body() -> None:
     response = Response(204, [(b"x-a", b"1")], b"")
 
     assert (response.status, response.headers, response.body) == (204, [(b"x-a", b"1")], b"")
+
+
+def test_a_url_with_a_password_is_refused_without_showing_it() -> None:
+    with pytest.raises(ValueError) as raised:
+        Pool("http://hook-user:hunter2@127.0.0.1:9/", timeout=1)
+
+    assert "hunter2" not in str(raised.value)
+    assert "kernel" not in str(raised.value)  # the pool serves webhooks as well
+    assert "***@127.0.0.1:9" in str(raised.value)
+
+
+async def test_a_webhook_url_password_never_reaches_a_delivery_outcome() -> None:
+    deliverer = HttpDeliverer(timeout_seconds=1)
+    try:
+        outcome = await deliverer.deliver(
+            "http://hook-user:hunter2@127.0.0.1:9/webhook", "secret", "e", b"{}", 1.0
+        )
+    finally:
+        await deliverer.close()
+
+    assert not outcome.ok
+    assert "hunter2" not in outcome.detail

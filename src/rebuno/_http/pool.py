@@ -279,13 +279,24 @@ def _check_request(method: str, target: str, headers: Headers) -> None:
             raise ValueError(f"header {name!r} cannot go on the wire")
 
 
+def redacted(url: str) -> str:
+    """`url` with any user and password replaced by `***`, fit for a message or a log."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+
+
 def _parse_origin(base_url: str) -> _Origin:
     parts = urlsplit(base_url)
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        raise ValueError(f"kernel URL {base_url!r} is not an http:// or https:// URL")
+        raise ValueError(f"URL {redacted(base_url)!r} is not an http:// or https:// URL")
     if parts.query or parts.fragment or parts.username:
-        raise ValueError(f"kernel URL {base_url!r} must not carry a query, fragment or user")
+        raise ValueError(f"URL {redacted(base_url)!r} must not carry a query, fragment or user")
     port = parts.port or _DEFAULT_PORTS[scheme]
     host = parts.hostname
     shown = f"[{host}]" if ":" in host else host
