@@ -11,6 +11,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -126,7 +127,8 @@ class WebhookReceiver:
 
 
 class AgentClient:
-    """Signed agent-route calls (the `sha256=` body scheme) to any replica."""
+    """Signed agent-route calls (the `v1=` request scheme, the one every server accepts) to
+    any replica."""
 
     def __init__(self, agent_id: str, secret: str) -> None:
         self._agent_id = agent_id
@@ -144,10 +146,16 @@ class AgentClient:
         lease: Delivery | None = None,
     ) -> httpx.Response:
         content = b"" if body is None else json.dumps(body).encode()
+        timestamp = str(int(time.time()))
+        dispatch_id, attempt = (lease.dispatch_id, str(lease.attempt)) if lease else ("", "")
+        signature = signing.sign_request(
+            self._secret, "POST", path, timestamp, dispatch_id, attempt, content
+        )
         headers = {
             "Content-Type": "application/json",
             signing.AGENT_ID_HEADER: self._agent_id,
-            signing.SIGNATURE_HEADER: signing.sign_body(self._secret, content),
+            signing.TIMESTAMP_HEADER: timestamp,
+            signing.SIGNATURE_HEADER: signature,
             **(lease.headers() if lease else {}),
         }
         return self._http.post(base_url + path, content=content, headers=headers)

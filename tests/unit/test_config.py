@@ -85,6 +85,12 @@ def test_booleans_accept_true_and_1(text: str, expected: bool) -> None:
     assert load_settings(dev=True, flags={}, env=env).accept_body_signatures is expected
 
 
+def test_a_server_refuses_body_signatures_unless_told_to() -> None:
+    assert load_settings(dev=False, flags={}, env=SERVER_ENV).accept_body_signatures is False
+    env = {**SERVER_ENV, "REBUNO_ACCEPT_BODY_SIGNATURES": "true"}
+    assert load_settings(dev=False, flags={}, env=env).accept_body_signatures is True
+
+
 def test_bad_flag_is_an_error_naming_the_flag() -> None:
     with pytest.raises(ValidationFailed, match="--listen-addr"):
         load_settings(dev=True, flags={"listen_addr": "nowhere"}, env={})

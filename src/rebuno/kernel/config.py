@@ -253,6 +253,9 @@ def _finish(dev: bool, values: dict[str, Any]) -> Settings:
         # No bearer auth: reachable from this machine only, unless an address is given.
         values.setdefault("listen_addr", DEV_LISTEN_ADDR)
     else:
+        # The `sha256=` scheme binds no route, lease or time, so a captured request verifies
+        # anywhere for ever: a server takes it only when told to (agents on SDK 0.16.0).
+        values.setdefault("accept_body_signatures", False)
         _require(values, "db_url", "REBUNO_DB_URL (--db-url) required in server mode")
         _require(
             values, "bearer_token", "REBUNO_BEARER_TOKEN (--bearer-token) required in server mode"
