@@ -7,6 +7,13 @@ them and send them together at commit (pipelining). Invariants the database itse
 (a terminal execution or step is never changed; `event_seq` is unique per execution) surface
 as `ExecutionTerminal` / `Conflict` from the write or from the commit.
 
+The strong lease check (`lease_live`, and the condition of an optimistic transaction): a lease
+owns its execution's live dispatch when that dispatch belongs to the execution and is
+`in_flight` at the lease's attempt; it is then renewed (`locked_at = now`). A lease past its
+time stays live until the reaper returns its dispatch to the queue (`reclaim_expired`). Each
+backend writes this check once (SQLite `dispatches.renew_lease`, PostgreSQL
+`rebuno_renew_lease`).
+
 Must import only `rebuno.kernel.domain` and `rebuno.protocol`.
 """
 

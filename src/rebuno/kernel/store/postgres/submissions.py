@@ -2,11 +2,11 @@
 step submission, a step's completion, an execution's completion (or heartbeat, or webhook
 acknowledgement) and the outcomes a request carries read, each in one statement.
 
-A submission is one call of `rebuno_load_submission` (migration 004): it takes the execution's
-lock (unless the transaction holds it already), renews the lease (strong check), reads the
-occurrence counter, the execution, its agent's bundle and the step recorded under that
-occurrence, and the steps whose completions the request carries. `lock_execution` is one
-call of `rebuno_lock_execution` (migration 006), its counterpart without a step.
+A submission is one call of `rebuno_load_submission` (`functions.sql`): it takes the
+execution's lock (unless the transaction holds it already), renews the lease (strong check),
+reads the occurrence counter, the execution, its agent's bundle and the step recorded under
+that occurrence, and the steps whose completions the request carries. `lock_execution` is
+one call of `rebuno_lock_execution`, its counterpart without a step.
 Must import only psycopg, the domain, `store.base` and this package.
 """
 
