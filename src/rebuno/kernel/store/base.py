@@ -65,7 +65,8 @@ class StepKey:
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """Everything `submit_step` reads, fetched together under the execution lock."""
+    """Everything `submit_step` reads, fetched together under the execution lock. Both stores
+    fill every field, whether or not the step is recorded already."""
 
     execution: Execution
     lease_live: bool
@@ -73,12 +74,15 @@ class Submission:
     occurrence: int
     """The next occurrence for this step key in this dispatch (0 when none was used)."""
     existing: Step | None
-    """The step already recorded under the id that occurrence yields, if any."""
+    """The step already recorded under the id `step_id_for(occurrence)` yields, if any."""
     policy_bundle: str | None
-    """The execution's agent's policy bundle, read in the same statement for a new step."""
+    """The execution's agent's policy bundle (None when it has none), read in the same
+    statement. Filled for a recorded step too, though policy is never consulted for one: it
+    costs nothing there, and a caller that moves on to another occurrence where no step is
+    recorded has the bundle without reading the agent again."""
     completing: tuple[Step, ...] = ()
     """The steps whose outcomes the submission carries (`step-completions`), if they exist
-    in this execution."""
+    in this execution, in no particular order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,7 @@ class Outcomes:
     """The occurrences the dispatch has consumed for each reported key it has used."""
     steps: list[Step]
     """The steps of this execution named by id, and those recorded under a reported key at
-    the occurrences the reports are about to take."""
+    the occurrences the reports are about to take; each once, in no particular order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +207,8 @@ class Transaction(Protocol):
         completing: Sequence[str] = (),
     ) -> Submission:
         """Reads the execution, checks and renews the lease, finds the next occurrence and
-        the step recorded under it, and the steps named in `completing`. Raises `NotFound`
-        for an unknown execution."""
+        the step recorded under the id `step_id_for` gives it, and the steps named in
+        `completing`. Raises `NotFound` for an unknown execution."""
         ...
 
     async def load_completion(
