@@ -8,8 +8,10 @@ import hashlib
 import itertools
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
+from rebuno.kernel.domain import identity
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
 from rebuno.kernel.store.base import StepKey, Store
@@ -80,7 +82,7 @@ KEY = StepKey(kind=StepKind.TOOL_CALL, target="search", args_hash=hex_id("args")
 
 def step(execution_id: str, occurrence: int = 0, key: StepKey = KEY, **changes: Any) -> Step:
     base = Step(
-        step_id=hex_id(execution_id, key.kind, key.target, key.args_hash, occurrence),
+        step_id=identity.step_id(execution_id, key.kind, key.target, key.args_hash, occurrence),
         execution_id=execution_id,
         kind=key.kind,
         target=key.target,
@@ -101,8 +103,8 @@ def step(execution_id: str, occurrence: int = 0, key: StepKey = KEY, **changes: 
 
 
 def step_id_for(execution_id: str, key: StepKey = KEY) -> Any:
-    """The `StepIdFn` the builders' step ids follow."""
-    return lambda occurrence: hex_id(execution_id, key.kind, key.target, key.args_hash, occurrence)
+    """The `StepIdFn` of the kernel, which the builders' step ids follow."""
+    return partial(identity.step_id, execution_id, key.kind, key.target, key.args_hash)
 
 
 def dispatch(execution_id: str, **changes: Any) -> Dispatch:

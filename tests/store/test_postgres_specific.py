@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 import orjson
@@ -23,12 +22,21 @@ import psycopg
 import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.store.base import Stale, Unchanged
+from rebuno.kernel.domain.records import Step
+from rebuno.kernel.store.base import Stale, Unchanged, Wanted
 from rebuno.kernel.store.postgres import PostgresStore, writes
 from rebuno.kernel.store.postgres.migrations import available
 from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
-from rebuno.protocol.enums import ExecutionStatus
-from tests.store.builders import dispatch, event, seed_dispatch, seed_execution, step
+from rebuno.protocol.enums import DispatchStatus, ExecutionStatus, StepStatus
+from tests.store.builders import (
+    KEY,
+    dispatch,
+    event,
+    execution,
+    seed_dispatch,
+    seed_execution,
+    step,
+)
 from tests.support import START, wait_until
 
 pytestmark = pytest.mark.postgres
@@ -132,12 +140,9 @@ async def test_apply_refuses_an_unknown_operation_and_writes_nothing_of_the_batc
     store = PostgresStore(postgres_url)
     await store.open()
     created = await seed_execution(store)
-    ops = json.dumps(
-        [
-            ["append_events", [[created.id, 1, "execution.started", "{}", "2026-01-01T00:00:00Z"]]],
-            ["drop_everything"],
-        ]
-    )
+    ops = orjson.dumps(
+        [writes.append_events([event(created.id, 1)]), {"op": "drop_everything"}]
+    ).decode()
 
     with pytest.raises(psycopg.errors.RaiseException, match="unknown operation drop_everything"):
         async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
@@ -149,21 +154,144 @@ async def test_apply_refuses_an_unknown_operation_and_writes_nothing_of_the_batc
         await store.close()
 
 
-async def test_apply_still_takes_the_single_step_insert_of_an_older_kernel(
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+async def test_apply_still_takes_the_positional_operations_of_an_older_kernel(
     postgres_url: str,
 ) -> None:
-    """During a rolling deploy a replica not yet upgraded sends `insert_step` (before 009)."""
+    """During a rolling deploy a replica not yet upgraded sends each operation as an array of
+    its values in a fixed order, and a single step as `insert_step` (before migration 009)."""
     store = PostgresStore(postgres_url)
     await store.open()
-    created = await seed_execution(store)
-    recorded = step(created.id)
-    single = ["insert_step", *writes.insert_step(recorded)[1][0]]
+    await seed_execution(store)  # registers the agent
+    created = execution(last_event_seq=1)
+    first, second = step(created.id, 0), step(created.id, 1)
+    done = replace(first, status=StepStatus.SUCCEEDED, result='{"n": 1}', completed_at=NOW)
+    queued = dispatch(created.id)
+    claimed = replace(
+        queued,
+        status=DispatchStatus.IN_FLIGHT,
+        attempt=1,
+        locked_by="r1",
+        locked_at=NOW,
+        updated_at=NOW,
+    )
+    ended = replace(created, status=ExecutionStatus.COMPLETED, output='"ok"', updated_at=NOW)
+    logged = event(created.id, 1)
+
+    def step_values(s: Step) -> list[object]:
+        return [
+            s.step_id,
+            s.execution_id,
+            s.kind.value,
+            s.target,
+            s.args_hash,
+            s.occurrence,
+            s.status.value,
+            s.idempotency.value,
+            s.args,
+            s.result,
+            s.error,
+            s.usage_input,
+            s.usage_output,
+            s.proposed_seq,
+            _iso(s.started_at),
+            _iso(s.completed_at),
+        ]
+
+    ops = [
+        [
+            "insert_execution",
+            created.id,
+            created.agent_id,
+            created.agent_version,
+            created.input,
+            created.status.value,
+            created.output,
+            created.failure_reason,
+            _iso(created.created_at),
+            _iso(created.updated_at),
+            _iso(created.deadline_at),
+            created.last_event_seq,
+        ],
+        [
+            "append_events",
+            [
+                [
+                    logged.execution_id,
+                    logged.event_seq,
+                    logged.type,
+                    logged.payload,
+                    _iso(logged.occurred_at),
+                ]
+            ],
+        ],
+        ["insert_step", *step_values(first)],
+        ["insert_steps", [step_values(second)]],
+        [
+            "update_step",
+            done.step_id,
+            done.status.value,
+            done.result,
+            done.error,
+            done.usage_input,
+            done.usage_output,
+            _iso(done.started_at),
+            _iso(done.completed_at),
+        ],
+        [
+            "insert_dispatch",
+            queued.id,
+            queued.execution_id,
+            queued.status.value,
+            queued.attempt,
+            queued.max_attempts,
+            _iso(queued.next_attempt_at),
+            queued.locked_by,
+            _iso(queued.locked_at),
+            _iso(queued.created_at),
+            _iso(queued.updated_at),
+            "older",
+        ],
+        [
+            "update_dispatch",
+            claimed.id,
+            claimed.status.value,
+            claimed.attempt,
+            _iso(claimed.next_attempt_at),
+            claimed.locked_by,
+            _iso(claimed.locked_at),
+            _iso(claimed.updated_at),
+        ],
+        ["set_occurrence", claimed.id, KEY.kind.value, KEY.target, KEY.args_hash, 1],
+        [
+            "update_execution",
+            ended.id,
+            ended.status.value,
+            ended.output,
+            ended.failure_reason,
+            _iso(ended.updated_at),
+            ended.last_event_seq,
+        ],
+        ["retire_dispatches", created.id, _iso(NOW)],
+    ]
 
     async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
-        await conn.execute("SELECT rebuno_apply(%s::jsonb)", (orjson.dumps([single]).decode(),))
+        await conn.execute("SELECT rebuno_apply(%s::jsonb)", (orjson.dumps(ops).decode(),))
 
     try:
-        assert await store.get_step(recorded.step_id) == recorded
+        assert await store.get_execution(created.id) == ended
+        assert await store.list_events(created.id, 0, 10) == [logged]
+        assert await store.list_steps(created.id, None) == [done, second]
+        async with store.transaction(created.id) as tx:
+            retired = await tx.get_dispatch(queued.id)
+            outcomes = await tx.load_outcomes(created.id, queued.id, Wanted({KEY: 1}, ()))
+        assert retired == replace(
+            claimed, status=DispatchStatus.EXHAUSTED, locked_by=None, locked_at=None
+        )
+        assert outcomes.consumed == {KEY: 1}
     finally:
         await store.close()
 

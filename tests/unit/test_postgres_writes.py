@@ -13,7 +13,7 @@ from tests.store.builders import event, execution, step
 
 
 def names(queued: writes.Writes) -> list[str]:
-    return [op[0] for op in json.loads(queued.take())]
+    return [op["op"] for op in json.loads(queued.take())]
 
 
 def test_consecutive_step_inserts_go_as_one_operation() -> None:
@@ -26,9 +26,9 @@ def test_consecutive_step_inserts_go_as_one_operation() -> None:
 
     ops = json.loads(queued.take())
 
-    assert [op[0] for op in ops] == ["insert_steps", "update_step", "insert_steps"]
-    assert [row[5] for row in ops[0][1]] == [0, 1]
-    assert [row[5] for row in ops[2][1]] == [2]
+    assert [op["op"] for op in ops] == ["insert_steps", "update_step", "insert_steps"]
+    assert [row["occurrence"] for row in ops[0]["rows"]] == [0, 1]
+    assert [row["occurrence"] for row in ops[2]["rows"]] == [2]
 
 
 def test_an_update_folds_into_the_insert_of_its_execution() -> None:
@@ -40,8 +40,8 @@ def test_an_update_folds_into_the_insert_of_its_execution() -> None:
 
     ops = json.loads(queued.take())
 
-    assert [op[0] for op in ops] == ["insert_execution", "append_events"]
-    assert ops[0][11] == 1
+    assert [op["op"] for op in ops] == ["insert_execution", "append_events"]
+    assert (ops[0]["id"], ops[0]["last_event_seq"]) == (created.id, 1)
 
 
 def test_an_update_that_ends_the_execution_is_kept_apart() -> None:

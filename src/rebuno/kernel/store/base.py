@@ -7,6 +7,13 @@ them and send them together at commit (pipelining). Invariants the database itse
 (a terminal execution or step is never changed; `event_seq` is unique per execution) surface
 as `ExecutionTerminal` / `Conflict` from the write or from the commit.
 
+The strong lease check (`lease_live`, and the condition of an optimistic transaction): a lease
+owns its execution's live dispatch when that dispatch belongs to the execution and is
+`in_flight` at the lease's attempt; it is then renewed (`locked_at = now`). A lease past its
+time stays live until the reaper returns its dispatch to the queue (`reclaim_expired`). Each
+backend writes this check once (SQLite `dispatches.renew_lease`, PostgreSQL
+`rebuno_renew_lease`).
+
 Must import only `rebuno.kernel.domain` and `rebuno.protocol`.
 """
 
@@ -59,7 +66,8 @@ class StepKey:
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """Everything `submit_step` reads, fetched together under the execution lock."""
+    """Everything `submit_step` reads, fetched together under the execution lock. Both stores
+    fill every field, whether or not the step is recorded already."""
 
     execution: Execution
     lease_live: bool
@@ -67,12 +75,15 @@ class Submission:
     occurrence: int
     """The next occurrence for this step key in this dispatch (0 when none was used)."""
     existing: Step | None
-    """The step already recorded under the id that occurrence yields, if any."""
+    """The step already recorded under the id `step_id_for(occurrence)` yields, if any."""
     policy_bundle: str | None
-    """The execution's agent's policy bundle, read in the same statement for a new step."""
+    """The execution's agent's policy bundle (None when it has none), read in the same
+    statement. Filled for a recorded step too, though policy is never consulted for one: it
+    costs nothing there, and a caller that moves on to another occurrence where no step is
+    recorded has the bundle without reading the agent again."""
     completing: tuple[Step, ...] = ()
     """The steps whose outcomes the submission carries (`step-completions`), if they exist
-    in this execution."""
+    in this execution, in no particular order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +110,7 @@ class Outcomes:
     """The occurrences the dispatch has consumed for each reported key it has used."""
     steps: list[Step]
     """The steps of this execution named by id, and those recorded under a reported key at
-    the occurrences the reports are about to take."""
+    the occurrences the reports are about to take; each once, in no particular order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,8 +208,8 @@ class Transaction(Protocol):
         completing: Sequence[str] = (),
     ) -> Submission:
         """Reads the execution, checks and renews the lease, finds the next occurrence and
-        the step recorded under it, and the steps named in `completing`. Raises `NotFound`
-        for an unknown execution."""
+        the step recorded under the id `step_id_for` gives it, and the steps named in
+        `completing`. Raises `NotFound` for an unknown execution."""
         ...
 
     async def load_completion(

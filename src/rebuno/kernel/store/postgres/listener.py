@@ -21,7 +21,7 @@ from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.postgres.dispatches import CHANNEL
 
 ENDED_CHANNEL = "rebuno_execution"
-"""Notified by `rebuno_apply` (migration 005) when an execution reaches a terminal status."""
+"""Notified by `rebuno_apply` when an execution reaches a terminal status."""
 
 log = logging.getLogger(__name__)
 

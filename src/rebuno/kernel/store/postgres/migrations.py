@@ -1,8 +1,12 @@
-"""The migration runner: applies `migrations/NNN_name.sql` in version order, once each.
+"""The schema runner: applies `migrations/NNN_name.sql` in version order, once each, and then
+`functions.sql`, every time.
 
-Replicas booting together all call `apply`; a session advisory lock lets one of them migrate
-while the others wait, after which they find every version recorded in `schema_migrations`
-and apply nothing. Each file runs in its own transaction together with its record.
+Migrations change the schema (tables, indexes, columns); `functions.sql` holds every function
+of the store and replaces them all on each boot, so a function is written in one place and a
+database migrated long ago gets the same functions as a new one. Replicas booting together all
+call `apply`; a session advisory lock lets one of them migrate while the others wait, after
+which they find every version recorded in `schema_migrations` and apply nothing. Each
+migration runs in its own transaction together with its record; the functions run in one.
 Must import only psycopg, the domain and this package.
 """
 
@@ -31,6 +35,11 @@ class Migration:
     sql: str
 
 
+def functions() -> str:
+    """The text of `functions.sql`, as shipped with this package."""
+    return (resources.files(__package__) / "functions.sql").read_text(encoding="utf-8")
+
+
 def available() -> list[Migration]:
     """The migrations shipped with this package, in version order."""
     folder = resources.files(__package__) / "migrations"
@@ -44,7 +53,8 @@ def available() -> list[Migration]:
 
 
 async def apply(conn: Connection) -> list[int]:
-    """Brings the database up to date on an autocommit connection; the versions it applied."""
+    """Brings the database up to date on an autocommit connection: the pending migrations,
+    then the functions. Returns the versions it applied."""
     await conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
     try:
         await conn.execute(_CREATE_LEDGER)
@@ -55,6 +65,8 @@ async def apply(conn: Connection) -> list[int]:
         pending = [m for m in shipped if m.version not in done]
         for migration in pending:
             await _apply_one(conn, migration)
+        async with conn.transaction():
+            await conn.execute(functions().encode(), prepare=False)
         return [m.version for m in pending]
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
@@ -63,7 +75,7 @@ async def apply(conn: Connection) -> list[int]:
 async def _apply_one(conn: Connection, migration: Migration) -> None:
     async with conn.transaction():
         # No parameters and no preparation: sent as a simple query, so one file may hold
-        # many statements.
+        # many statements (the functions' file too).
         await conn.execute(migration.sql.encode(), prepare=False)
         await conn.execute(
             "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",

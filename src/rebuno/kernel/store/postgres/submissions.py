@@ -2,11 +2,11 @@
 step submission, a step's completion, an execution's completion (or heartbeat, or webhook
 acknowledgement) and the outcomes a request carries read, each in one statement.
 
-A submission is one call of `rebuno_load_submission` (migration 004): it takes the execution's
-lock (unless the transaction holds it already), renews the lease (strong check), reads the
-occurrence counter, the execution, its agent's bundle and the step recorded under that
-occurrence, and the steps whose completions the request carries. `lock_execution` is one
-call of `rebuno_lock_execution` (migration 006), its counterpart without a step.
+A submission is one call of `rebuno_load_submission` (`functions.sql`): it takes the
+execution's lock (unless the transaction holds it already), renews the lease (strong check),
+reads the occurrence counter, the execution, its agent's bundle and the step recorded under
+that occurrence, and the steps whose completions the request carries. `lock_execution` is
+one call of `rebuno_lock_execution`, its counterpart without a step.
 Must import only psycopg, the domain, `store.base` and this package.
 """
 
@@ -18,7 +18,15 @@ from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Lease, Step
-from rebuno.kernel.store.base import Completion, Locked, Outcomes, StepKey, Submission, Wanted
+from rebuno.kernel.store.base import (
+    Completion,
+    Locked,
+    Outcomes,
+    StepIdFn,
+    StepKey,
+    Submission,
+    Wanted,
+)
 from rebuno.kernel.store.postgres import dispatches, executions, steps
 from rebuno.kernel.store.postgres.connection import Batch, Executor, Params
 
@@ -32,6 +40,7 @@ async def load(
     execution_id: str,
     lease: Lease,
     key: StepKey,
+    step_id_for: StepIdFn,
     now: datetime,
     completing: Sequence[str] = (),
 ) -> Submission:
@@ -54,13 +63,18 @@ async def load(
         raise NotFound(f"execution {execution_id} not found")
     row = main[0]
     width = executions.WIDTH + 1
+    occurrence = int(row[width + 1])
     step_row = row[width + 3 :]
+    # Found by its identity (key and occurrence), which is what its id is made of; kept only
+    # under the id that occurrence yields, as the embedded store finds it.
+    found = step_row[0] is not None and step_row[0] == step_id_for(occurrence)
+    existing = steps.from_row(step_row) if found else None
     carried = [steps.from_row(r[width + 3 :]) for r in rows if r[0] == _CARRIED]
     return Submission(
         execution=executions.from_row(row[1:width]),
         lease_live=bool(row[width]),
-        occurrence=int(row[width + 1]),
-        existing=None if step_row[0] is None else steps.from_row(step_row),
+        occurrence=occurrence,
+        existing=existing,
         policy_bundle=row[width + 2],
         completing=tuple(step for step in carried if step.execution_id == execution_id),
     )

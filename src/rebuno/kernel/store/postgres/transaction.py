@@ -229,10 +229,9 @@ class PostgresTransaction:
         now: datetime,
         completing: Sequence[str] = (),
     ) -> Submission:
-        # `step_id_for` is not needed: the statement finds the step by its unique key.
         load = submissions.load
         return await self._run(
-            load, self._lock_for_read(), execution_id, lease, key, now, completing
+            load, self._lock_for_read(), execution_id, lease, key, step_id_for, now, completing
         )
 
     async def load_completion(

@@ -1,12 +1,12 @@
-"""A transaction's writes, queued as operations of `rebuno_apply` (migrations 003, 005, 009) and
+"""A transaction's writes, queued as operations of `rebuno_apply` (`functions.sql`) and
 sent as one statement: the driver's cost is per statement, and a step writes five to seven rows.
 Consecutive step inserts travel as one `insert_steps`, one INSERT for all of them; an update of
 an execution inserted in the same batch is folded into its insert.
-A transaction that inserts an execution sends them through `rebuno_apply_for_agent` (006), an
-optimistic one through `rebuno_apply_unchanged` (007).
+A transaction that inserts an execution sends them through `rebuno_apply_for_agent`, an
+optimistic one through `rebuno_apply_unchanged`.
 
-Each function here turns a record into the operation's JSON array, in the order of the values
-the SQL function reads. `Writes.take` hands over what is queued, encoded.
+Each function here turns a record into the operation's JSON object, keyed by the names of the
+columns the SQL function writes. `Writes.take` hands over what is queued, encoded.
 Must import only orjson, the domain, `store.base` and the standard library.
 """
 
@@ -25,9 +25,11 @@ APPLY = "SELECT rebuno_apply(%s::jsonb)"
 APPLY_FOR_AGENT = "SELECT rebuno_apply_for_agent(%s, %s::jsonb)"
 """The same, refusing when the agent of an execution being inserted is not registered."""
 APPLY_UNCHANGED = "SELECT rebuno_apply_unchanged(%s, %s, %s, %s, %s, %s, %s::jsonb)"
-"""The same, only while the execution is unchanged (migration 007); returns whether it did."""
+"""The same, only while the execution is unchanged; returns whether it did."""
 
-Op = list[Any]
+Op = dict[str, Any]
+"""One operation: `op` names it, the other keys are the columns of its row (`rows` for
+several)."""
 
 
 class Writes:
@@ -43,9 +45,9 @@ class Writes:
 
     def add(self, op: Op) -> None:
         ops = self._ops
-        if op[0] == "insert_steps" and ops and ops[-1][0] == "insert_steps":
-            ops[-1][1].extend(op[1])
-        elif op[0] != "update_execution" or not _folded(ops, op):
+        if op["op"] == "insert_steps" and ops and ops[-1]["op"] == "insert_steps":
+            ops[-1]["rows"].extend(op["rows"])
+        elif op["op"] != "update_execution" or not _folded(ops, op):
             ops.append(op)
 
     def take(self) -> str:
@@ -63,127 +65,137 @@ _TERMINAL = frozenset(("completed", "failed", "cancelled"))
 def _folded(ops: list[Op], update: Op) -> bool:
     """Writes `update` into the insert of its execution queued before it, if there is one: the
     row is then written once. Not an update to a terminal status, which notifies on its own."""
-    if update[2] in _TERMINAL:
+    if update["status"] in _TERMINAL:
         return False
     for op in ops:
-        if op[0] == "insert_execution" and op[1] == update[1]:
-            op[5:8] = update[2:5]  # status, output, failure_reason
-            op[9] = update[5]  # updated_at
-            op[11] = update[6]  # last_event_seq
+        if op["op"] == "insert_execution" and op["id"] == update["id"]:
+            op.update(update, op="insert_execution")  # its columns, under the same names
             return True
     return False
 
 
 def append_events(events: Sequence[Event]) -> Op:
-    return [
-        "append_events",
-        [[e.execution_id, e.event_seq, str(e.type), e.payload, e.occurred_at] for e in events],
-    ]
+    return {
+        "op": "append_events",
+        "rows": [
+            {
+                "execution_id": e.execution_id,
+                "event_seq": e.event_seq,
+                "type": str(e.type),
+                "payload": e.payload,
+                "occurred_at": e.occurred_at,
+            }
+            for e in events
+        ],
+    }
 
 
 def insert_step(s: Step) -> Op:
-    return [
-        "insert_steps",
-        [
-            [
-                s.step_id,
-                s.execution_id,
-                s.kind.value,
-                s.target,
-                s.args_hash,
-                s.occurrence,
-                s.status.value,
-                s.idempotency.value,
-                s.args,
-                s.result,
-                s.error,
-                s.usage_input,
-                s.usage_output,
-                s.proposed_seq,
-                s.started_at,
-                s.completed_at,
-            ]
-        ],
-    ]
+    row = {
+        "step_id": s.step_id,
+        "execution_id": s.execution_id,
+        "kind": s.kind.value,
+        "target": s.target,
+        "args_hash": s.args_hash,
+        "occurrence": s.occurrence,
+        "status": s.status.value,
+        "idempotency": s.idempotency.value,
+        "args": s.args,
+        "result": s.result,
+        "error": s.error,
+        "usage_input": s.usage_input,
+        "usage_output": s.usage_output,
+        "proposed_seq": s.proposed_seq,
+        "started_at": s.started_at,
+        "completed_at": s.completed_at,
+    }
+    return {"op": "insert_steps", "rows": [row]}
 
 
 def update_step(s: Step) -> Op:
-    return [
-        "update_step",
-        s.step_id,
-        s.status.value,
-        s.result,
-        s.error,
-        s.usage_input,
-        s.usage_output,
-        s.started_at,
-        s.completed_at,
-    ]
+    return {
+        "op": "update_step",
+        "step_id": s.step_id,
+        "status": s.status.value,
+        "result": s.result,
+        "error": s.error,
+        "usage_input": s.usage_input,
+        "usage_output": s.usage_output,
+        "started_at": s.started_at,
+        "completed_at": s.completed_at,
+    }
 
 
 def insert_execution(e: Execution) -> Op:
-    return [
-        "insert_execution",
-        e.id,
-        e.agent_id,
-        e.agent_version,
-        e.input,
-        e.status.value,
-        e.output,
-        e.failure_reason,
-        e.created_at,
-        e.updated_at,
-        e.deadline_at,
-        e.last_event_seq,
-    ]
+    return {
+        "op": "insert_execution",
+        "id": e.id,
+        "agent_id": e.agent_id,
+        "agent_version": e.agent_version,
+        "input": e.input,
+        "status": e.status.value,
+        "output": e.output,
+        "failure_reason": e.failure_reason,
+        "created_at": e.created_at,
+        "updated_at": e.updated_at,
+        "deadline_at": e.deadline_at,
+        "last_event_seq": e.last_event_seq,
+    }
 
 
 def update_execution(e: Execution) -> Op:
-    return [
-        "update_execution",
-        e.id,
-        e.status.value,
-        e.output,
-        e.failure_reason,
-        e.updated_at,
-        e.last_event_seq,
-    ]
+    return {
+        "op": "update_execution",
+        "id": e.id,
+        "status": e.status.value,
+        "output": e.output,
+        "failure_reason": e.failure_reason,
+        "updated_at": e.updated_at,
+        "last_event_seq": e.last_event_seq,
+    }
 
 
 def set_occurrence(dispatch_id: str, key: StepKey, consumed: int) -> Op:
-    return ["set_occurrence", dispatch_id, key.kind.value, key.target, key.args_hash, consumed]
+    return {
+        "op": "set_occurrence",
+        "dispatch_id": dispatch_id,
+        "kind": key.kind.value,
+        "target": key.target,
+        "args_hash": key.args_hash,
+        "consumed": consumed,
+    }
 
 
 def insert_dispatch(d: Dispatch, tag: str) -> Op:
-    """`tag` names the enqueuing store in the dispatch notification (migration 005)."""
-    return [
-        "insert_dispatch",
-        d.id,
-        d.execution_id,
-        d.status.value,
-        d.attempt,
-        d.max_attempts,
-        d.next_attempt_at,
-        d.locked_by,
-        d.locked_at,
-        d.created_at,
-        d.updated_at,
-        tag,
-    ]
+    """`tag` names the enqueuing store in the dispatch notification."""
+    return {
+        "op": "insert_dispatch",
+        "id": d.id,
+        "execution_id": d.execution_id,
+        "status": d.status.value,
+        "attempt": d.attempt,
+        "max_attempts": d.max_attempts,
+        "next_attempt_at": d.next_attempt_at,
+        "locked_by": d.locked_by,
+        "locked_at": d.locked_at,
+        "created_at": d.created_at,
+        "updated_at": d.updated_at,
+        "tag": tag,
+    }
 
 
 def update_dispatch(d: Dispatch) -> Op:
-    return [
-        "update_dispatch",
-        d.id,
-        d.status.value,
-        d.attempt,
-        d.next_attempt_at,
-        d.locked_by,
-        d.locked_at,
-        d.updated_at,
-    ]
+    return {
+        "op": "update_dispatch",
+        "id": d.id,
+        "status": d.status.value,
+        "attempt": d.attempt,
+        "next_attempt_at": d.next_attempt_at,
+        "locked_by": d.locked_by,
+        "locked_at": d.locked_at,
+        "updated_at": d.updated_at,
+    }
 
 
 def retire_dispatches(execution_id: str, now: datetime) -> Op:
-    return ["retire_dispatches", execution_id, now]
+    return {"op": "retire_dispatches", "execution_id": execution_id, "updated_at": now}

@@ -107,8 +107,8 @@ def retire(conn: sqlite3.Connection, execution_id: str, now: datetime) -> None:
 
 
 def renew_lease(conn: sqlite3.Connection, execution_id: str, lease: Lease, now: datetime) -> bool:
-    """The strong lease check (§12.4): renews `locked_at` only when the lease owns the live
-    dispatch of this execution, and says whether it did."""
+    """The strong lease check (§12.4), the one place this store writes it: renews `locked_at`
+    only when the lease owns the live dispatch of this execution, and says whether it did."""
     cursor = conn.execute(
         """UPDATE dispatches SET locked_at = ?
            WHERE id = ? AND execution_id = ? AND attempt = ? AND status = 'in_flight'""",

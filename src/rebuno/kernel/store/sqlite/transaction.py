@@ -248,7 +248,7 @@ def _load_submission(
         lease_live=lease_live,
         occurrence=occurrence,
         existing=existing,
-        policy_bundle=None if existing else row[executions.WIDTH + 1],
+        policy_bundle=row[executions.WIDTH + 1],
     )
 
 

@@ -1,4 +1,5 @@
--- The initial schema: tables, indexes and the triggers that guard terminal records.
+-- The initial schema: tables and indexes. The triggers that guard terminal records, and the
+-- functions they run, are in `functions.sql`.
 -- JSON values are `text`, stored exactly as the kernel encoded them (never jsonb, which would
 -- reorder keys and normalise numbers). Tables whose rows are updated in place many times keep
 -- free space in each page (fillfactor), so those updates can stay on the page (HOT).
@@ -111,47 +112,6 @@ CREATE INDEX approvals_execution ON approvals (execution_id, created_at);
 CREATE INDEX approvals_step ON approvals (step_id);
 CREATE INDEX executions_status ON executions (status, deadline_at);
 CREATE INDEX executions_agent ON executions (agent_id, id);
-
--- The guards hold against any writer, not just a careful service. Their SQLSTATEs (class RB,
--- unused by PostgreSQL) are what the store's edge turns into domain errors.
-CREATE FUNCTION rebuno_guard_terminal_execution() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.status IS DISTINCT FROM OLD.status
-        OR NEW.output IS DISTINCT FROM OLD.output
-        OR NEW.failure_reason IS DISTINCT FROM OLD.failure_reason
-    THEN
-        RAISE EXCEPTION 'execution % is %; its status and outcome are final', OLD.id, OLD.status
-            USING ERRCODE = 'RB001';
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER executions_terminal_guard
-    BEFORE UPDATE ON executions
-    FOR EACH ROW
-    WHEN (OLD.status IN ('completed', 'failed', 'cancelled'))
-    EXECUTE FUNCTION rebuno_guard_terminal_execution();
-
-CREATE FUNCTION rebuno_guard_terminal_step() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.status IS DISTINCT FROM OLD.status
-        OR NEW.result IS DISTINCT FROM OLD.result
-        OR NEW.error IS DISTINCT FROM OLD.error
-        OR NEW.completed_at IS DISTINCT FROM OLD.completed_at
-    THEN
-        RAISE EXCEPTION 'step % is %; its status and outcome are final', OLD.step_id, OLD.status
-            USING ERRCODE = 'RB002';
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER steps_terminal_guard
-    BEFORE UPDATE ON steps
-    FOR EACH ROW
-    WHEN (OLD.status IN ('succeeded', 'failed', 'denied', 'cancelled'))
-    EXECUTE FUNCTION rebuno_guard_terminal_step();
 
 -- lz4 decompresses several times faster than the default pglz. Dynamic SQL, so that a server
 -- built without lz4 (or older than 14) reaches the handler and keeps its default.

@@ -1,0 +1,387 @@
+-- Every function of the PostgreSQL store, and the triggers that run the guards. A booting
+-- kernel applies this file after the migrations, under the same advisory lock and in one
+-- transaction. Each statement either replaces (CREATE OR REPLACE) or looks before it acts, so
+-- applying the file again changes nothing, and a database migrated by an older kernel ends up
+-- with exactly what a new database gets. Migrations change the schema only.
+-- A function whose arguments or result change cannot be replaced: drop its older form first,
+-- in the first section, and only while that older form is still there.
+--
+-- Rows travel as JSON objects whose keys are the columns' names, read with
+-- `jsonb_populate_record(set)` into the table's own row type. Timestamps are ISO 8601 text with
+-- their offset; the JSON values of the records are JSON strings, so a text column receives
+-- their exact text.
+
+-- == Older forms =============================================================================
+
+-- Up to migration 009 `rebuno_load_submission` returned the composite type
+-- `rebuno_submission`; it now declares its columns itself.
+DO $$
+BEGIN
+    IF to_regtype('rebuno_submission') IS NOT NULL THEN
+        DROP FUNCTION IF EXISTS rebuno_load_submission(
+            bigint, text, text, integer, timestamptz, text, text, text, text[]);
+        DROP TYPE rebuno_submission;
+    END IF;
+END
+$$;
+
+-- == Guards ==================================================================================
+
+-- The guards hold against any writer, not just a careful service. Their SQLSTATEs (class RB,
+-- unused by PostgreSQL) are what the store's edge turns into domain errors.
+CREATE OR REPLACE FUNCTION rebuno_guard_terminal_execution() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status
+        OR NEW.output IS DISTINCT FROM OLD.output
+        OR NEW.failure_reason IS DISTINCT FROM OLD.failure_reason
+    THEN
+        RAISE EXCEPTION 'execution % is %; its status and outcome are final', OLD.id, OLD.status
+            USING ERRCODE = 'RB001';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION rebuno_guard_terminal_step() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status
+        OR NEW.result IS DISTINCT FROM OLD.result
+        OR NEW.error IS DISTINCT FROM OLD.error
+        OR NEW.completed_at IS DISTINCT FROM OLD.completed_at
+    THEN
+        RAISE EXCEPTION 'step % is %; its status and outcome are final', OLD.step_id, OLD.status
+            USING ERRCODE = 'RB002';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- Created only when missing: creating a trigger locks its table against writes, and replicas
+-- already serving must not wait on a booting one.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger
+        WHERE tgrelid = 'executions'::regclass AND tgname = 'executions_terminal_guard')
+    THEN
+        CREATE TRIGGER executions_terminal_guard
+            BEFORE UPDATE ON executions
+            FOR EACH ROW
+            WHEN (OLD.status IN ('completed', 'failed', 'cancelled'))
+            EXECUTE FUNCTION rebuno_guard_terminal_execution();
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_trigger
+        WHERE tgrelid = 'steps'::regclass AND tgname = 'steps_terminal_guard')
+    THEN
+        CREATE TRIGGER steps_terminal_guard
+            BEFORE UPDATE ON steps
+            FOR EACH ROW
+            WHEN (OLD.status IN ('succeeded', 'failed', 'denied', 'cancelled'))
+            EXECUTE FUNCTION rebuno_guard_terminal_step();
+    END IF;
+END
+$$;
+
+-- == Leases ==================================================================================
+
+-- The strong lease check, written here once: the lease (a dispatch and its attempt) owns the
+-- execution's live dispatch, which is `in_flight` at that attempt. When it does, it is renewed
+-- (`locked_at = now`), and the answer is true. Expiry is the reaper's business: a lease past
+-- its time owns the dispatch until the reaper has returned the dispatch to the queue, which
+-- moves its status away from `in_flight`.
+CREATE OR REPLACE FUNCTION rebuno_renew_lease(
+    p_execution text, p_dispatch text, p_attempt integer, p_now timestamptz
+) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE dispatches SET locked_at = p_now
+    WHERE id = p_dispatch AND execution_id = p_execution AND attempt = p_attempt
+        AND status = 'in_flight';
+    RETURN FOUND;
+END
+$$;
+
+-- == Writes ==================================================================================
+
+-- One statement for all the writes of a use case. The kernel queues a use case's writes as a
+-- JSON array of operations and sends them as one call, in the order they were made: the
+-- client pays for one statement instead of one per row, and the triggers, keys and
+-- constraints see exactly what separate statements would have done. An operation is an
+-- object: `op` names it, and the other keys are the columns of its row (`append_events` and
+-- `insert_steps` carry their rows under `rows`; `insert_dispatch` adds the enqueuing store's
+-- `tag`). An array is the positional form kernels sent before this file; see
+-- `rebuno_named_operation`.
+CREATE OR REPLACE FUNCTION rebuno_apply(ops jsonb) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    op jsonb;
+    e executions;
+    s steps;
+    d dispatches;
+BEGIN
+    FOR op IN SELECT jsonb_array_elements(ops) LOOP
+        IF jsonb_typeof(op) = 'array' THEN
+            op := rebuno_named_operation(op);
+        END IF;
+        CASE op->>'op'
+        WHEN 'append_events' THEN
+            INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
+            SELECT execution_id, event_seq, type, payload, occurred_at
+            FROM jsonb_populate_recordset(NULL::events, op->'rows');
+        WHEN 'update_step' THEN
+            s := jsonb_populate_record(NULL::steps, op);
+            UPDATE steps SET status = s.status, result = s.result, error = s.error,
+                usage_input = s.usage_input, usage_output = s.usage_output,
+                started_at = s.started_at, completed_at = s.completed_at
+            WHERE step_id = s.step_id;
+        WHEN 'insert_steps' THEN
+            INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence,
+                status, idempotency, args, result, error, usage_input, usage_output,
+                proposed_seq, started_at, completed_at)
+            SELECT step_id, execution_id, kind, target, args_hash, occurrence,
+                status, idempotency, args, result, error, usage_input, usage_output,
+                proposed_seq, started_at, completed_at
+            FROM jsonb_populate_recordset(NULL::steps, op->'rows');
+        WHEN 'update_execution' THEN
+            e := jsonb_populate_record(NULL::executions, op);
+            UPDATE executions SET status = e.status, output = e.output,
+                failure_reason = e.failure_reason, updated_at = e.updated_at,
+                last_event_seq = e.last_event_seq
+            WHERE id = e.id;
+            -- Delivered on commit: a replica holding a long poll on this execution answers
+            -- at once instead of at its next look.
+            IF e.status IN ('completed', 'failed', 'cancelled') THEN
+                PERFORM pg_notify('rebuno_execution', e.id);
+            END IF;
+        WHEN 'insert_execution' THEN
+            INSERT INTO executions (id, agent_id, agent_version, input, status, output,
+                failure_reason, created_at, updated_at, deadline_at, last_event_seq)
+            SELECT id, agent_id, agent_version, input, status, output,
+                failure_reason, created_at, updated_at, deadline_at, last_event_seq
+            FROM jsonb_populate_record(NULL::executions, op);
+        WHEN 'set_occurrence' THEN
+            INSERT INTO dispatch_step_counters AS c (dispatch_id, kind, target, args_hash,
+                consumed)
+            SELECT dispatch_id, kind, target, args_hash, consumed
+            FROM jsonb_populate_record(NULL::dispatch_step_counters, op)
+            ON CONFLICT (dispatch_id, kind, target, args_hash)
+            DO UPDATE SET consumed = greatest(c.consumed, EXCLUDED.consumed);
+        WHEN 'insert_dispatch' THEN
+            INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts,
+                next_attempt_at, locked_by, locked_at, created_at, updated_at)
+            SELECT id, execution_id, status, attempt, max_attempts,
+                next_attempt_at, locked_by, locked_at, created_at, updated_at
+            FROM jsonb_populate_record(NULL::dispatches, op);
+            -- Delivered when (and only if) the transaction commits; the payload names the
+            -- store that enqueued it, which has woken its own dispatch loop already.
+            PERFORM pg_notify('rebuno_dispatch', COALESCE(op->>'tag', ''));
+        WHEN 'update_dispatch' THEN
+            d := jsonb_populate_record(NULL::dispatches, op);
+            UPDATE dispatches SET status = d.status, attempt = d.attempt,
+                next_attempt_at = d.next_attempt_at, locked_by = d.locked_by,
+                locked_at = d.locked_at, updated_at = d.updated_at
+            WHERE id = d.id;
+        WHEN 'retire_dispatches' THEN
+            UPDATE dispatches SET status = 'exhausted', locked_by = NULL, locked_at = NULL,
+                updated_at = (op->>'updated_at')::timestamptz
+            WHERE execution_id = op->>'execution_id' AND status <> 'exhausted';
+        ELSE
+            RAISE EXCEPTION 'rebuno_apply: unknown operation %', op->>'op';
+        END CASE;
+    END LOOP;
+END
+$$;
+
+-- The positional form of an operation (`[name, values...]`), as kernels sent it before this
+-- file, under the names of its values: during a rolling deploy the replicas not yet upgraded
+-- keep writing. It can go once no kernel older than this file can be running.
+CREATE OR REPLACE FUNCTION rebuno_named_operation(op jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    op_name text := op->>0;
+    step_columns text[] := ARRAY['step_id', 'execution_id', 'kind', 'target', 'args_hash',
+        'occurrence', 'status', 'idempotency', 'args', 'result', 'error', 'usage_input',
+        'usage_output', 'proposed_seq', 'started_at', 'completed_at'];
+    named jsonb;
+BEGIN
+    CASE op_name
+    WHEN 'append_events' THEN
+        SELECT jsonb_build_object('rows', COALESCE(jsonb_agg(rebuno_named_values(
+            ARRAY['execution_id', 'event_seq', 'type', 'payload', 'occurred_at'], r)), '[]'))
+        INTO named FROM jsonb_array_elements(op->1) AS r;
+    WHEN 'insert_steps' THEN
+        SELECT jsonb_build_object('rows', COALESCE(
+            jsonb_agg(rebuno_named_values(step_columns, r)), '[]'))
+        INTO named FROM jsonb_array_elements(op->1) AS r;
+    WHEN 'insert_step' THEN  -- before migration 009: one step per operation
+        op_name := 'insert_steps';
+        named := jsonb_build_object('rows',
+            jsonb_build_array(rebuno_named_values(step_columns, op - 0)));
+    WHEN 'update_step' THEN
+        named := rebuno_named_values(ARRAY['step_id', 'status', 'result', 'error',
+            'usage_input', 'usage_output', 'started_at', 'completed_at'], op - 0);
+    WHEN 'update_execution' THEN
+        named := rebuno_named_values(ARRAY['id', 'status', 'output', 'failure_reason',
+            'updated_at', 'last_event_seq'], op - 0);
+    WHEN 'insert_execution' THEN
+        named := rebuno_named_values(ARRAY['id', 'agent_id', 'agent_version', 'input',
+            'status', 'output', 'failure_reason', 'created_at', 'updated_at', 'deadline_at',
+            'last_event_seq'], op - 0);
+    WHEN 'set_occurrence' THEN
+        named := rebuno_named_values(ARRAY['dispatch_id', 'kind', 'target', 'args_hash',
+            'consumed'], op - 0);
+    WHEN 'insert_dispatch' THEN
+        named := rebuno_named_values(ARRAY['id', 'execution_id', 'status', 'attempt',
+            'max_attempts', 'next_attempt_at', 'locked_by', 'locked_at', 'created_at',
+            'updated_at', 'tag'], op - 0);
+    WHEN 'update_dispatch' THEN
+        named := rebuno_named_values(ARRAY['id', 'status', 'attempt', 'next_attempt_at',
+            'locked_by', 'locked_at', 'updated_at'], op - 0);
+    WHEN 'retire_dispatches' THEN
+        named := rebuno_named_values(ARRAY['execution_id', 'updated_at'], op - 0);
+    ELSE
+        named := '{}';  -- `rebuno_apply` refuses it by its name
+    END CASE;
+    RETURN named || jsonb_build_object('op', op_name);
+END
+$$;
+
+-- An object of `names[i]: vals[i]`; a name without a value gets JSON null.
+CREATE OR REPLACE FUNCTION rebuno_named_values(names text[], vals jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT COALESCE(jsonb_object_agg(n.name, COALESCE(vals->(n.i::integer - 1), 'null')), '{}')
+    FROM unnest(names) WITH ORDINALITY AS n(name, i)
+$$;
+
+-- `rebuno_apply` for a transaction that inserts an execution: refuses (RB003, "agent <id> not
+-- found") when its agent is not registered, so creating an execution is this one statement
+-- instead of a read of the agent followed by the writes.
+CREATE OR REPLACE FUNCTION rebuno_apply_for_agent(p_agent text, ops jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM agents WHERE id = p_agent FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'agent % not found', p_agent USING ERRCODE = 'RB003';
+    END IF;
+    PERFORM rebuno_apply(ops);
+END
+$$;
+
+-- An optimistic transaction in one statement: under the execution's lock, `rebuno_apply` only
+-- while the execution is still at the `last_event_seq` its writes were built from; with a
+-- dispatch, also only while the dispatch has used no occurrence counter and that lease owns
+-- it (renewed then). Returns whether it applied; when it did not, nothing was written and the
+-- caller does the use case the ordinary way.
+CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
+    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
+    p_now timestamptz, ops jsonb
+) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_lock);
+    PERFORM 1 FROM executions WHERE id = p_execution AND last_event_seq = p_seq;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_dispatch IS NOT NULL THEN
+        PERFORM 1 FROM dispatch_step_counters WHERE dispatch_id = p_dispatch LIMIT 1;
+        IF FOUND OR NOT rebuno_renew_lease(p_execution, p_dispatch, p_attempt, p_now) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    PERFORM rebuno_apply(ops);
+    RETURN true;
+END
+$$;
+
+-- == Reads under the lock ====================================================================
+
+-- Everything a step submission reads, in one call: the execution's lock (unless the caller
+-- holds it: `p_lock` NULL), the lease's strong check and renewal, the next occurrence, the
+-- execution, its agent's policy bundle, the step recorded under that occurrence, and the
+-- steps whose completions the request carries.
+-- A VOLATILE function takes a fresh snapshot for each statement, so what it reads after the
+-- lock includes everything committed before the lock was granted.
+-- The first row (`tag` 0) is the submission; each carried step follows as a row with `tag` 1
+-- that fills only the step columns.
+CREATE OR REPLACE FUNCTION rebuno_load_submission(
+    p_lock bigint, p_execution text, p_dispatch text, p_attempt integer, p_now timestamptz,
+    p_kind text, p_target text, p_args_hash text, p_carried text[]
+) RETURNS TABLE (
+    tag integer,
+    e_id text, e_agent_id text, e_agent_version text, e_input text, e_status text,
+    e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
+    e_deadline_at timestamptz, e_last_event_seq bigint,
+    lease_live boolean, occurrence integer, policy_bundle text,
+    s_step_id text, s_execution_id text, s_kind text, s_target text, s_args_hash text,
+    s_occurrence integer, s_status text, s_idempotency text, s_args text, s_result text,
+    s_error text, s_usage_input bigint, s_usage_output bigint, s_proposed_seq bigint,
+    s_started_at timestamptz, s_completed_at timestamptz
+) LANGUAGE plpgsql AS $$
+DECLARE
+    live boolean;
+    next_occurrence integer;
+BEGIN
+    IF p_lock IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(p_lock);
+    END IF;
+    live := rebuno_renew_lease(p_execution, p_dispatch, p_attempt, p_now);
+    SELECT c.consumed + 1 INTO next_occurrence FROM dispatch_step_counters c
+    WHERE c.dispatch_id = p_dispatch AND c.kind = p_kind AND c.target = p_target
+        AND c.args_hash = p_args_hash;
+    next_occurrence := COALESCE(next_occurrence, 0);
+    RETURN QUERY
+        SELECT 0, e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
+            e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
+            live, next_occurrence, a.policy_bundle,
+            s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,
+            s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,
+            s.proposed_seq, s.started_at, s.completed_at
+        FROM executions e
+        LEFT JOIN agents a ON a.id = e.agent_id
+        LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
+            AND s.target = p_target AND s.args_hash = p_args_hash
+            AND s.occurrence = next_occurrence
+        WHERE e.id = p_execution;
+    IF cardinality(p_carried) > 0 THEN
+        -- By primary key alone; the caller keeps only the steps of this execution.
+        RETURN QUERY
+            SELECT 1, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
+                NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+                NULL::bigint, NULL::boolean, NULL::integer, NULL::text,
+                s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence,
+                s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
+                s.usage_output, s.proposed_seq, s.started_at, s.completed_at
+            FROM steps s WHERE s.step_id = ANY(p_carried);
+    END IF;
+END
+$$;
+
+-- What completing, failing or heart-beating an execution reads, and what recording a webhook's
+-- acknowledgement reads, in one call: the execution's lock (unless `p_lock` is NULL), the
+-- lease's strong check and renewal (when a dispatch is given), the execution and its agent's
+-- policy bundle. Like `rebuno_load_submission`, it reads after the lock with fresh snapshots.
+CREATE OR REPLACE FUNCTION rebuno_lock_execution(
+    p_lock bigint, p_execution text, p_dispatch text, p_attempt integer, p_now timestamptz
+) RETURNS TABLE (
+    e_id text, e_agent_id text, e_agent_version text, e_input text, e_status text,
+    e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
+    e_deadline_at timestamptz, e_last_event_seq bigint,
+    lease_live boolean, policy_bundle text
+) LANGUAGE plpgsql AS $$
+DECLARE
+    live boolean := false;
+BEGIN
+    IF p_lock IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(p_lock);
+    END IF;
+    IF p_dispatch IS NOT NULL THEN
+        live := rebuno_renew_lease(p_execution, p_dispatch, p_attempt, p_now);
+    END IF;
+    RETURN QUERY
+        SELECT e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
+            e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
+            live, a.policy_bundle
+        FROM executions e
+        LEFT JOIN agents a ON a.id = e.agent_id
+        WHERE e.id = p_execution;
+END
+$$;
