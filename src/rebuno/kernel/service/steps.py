@@ -120,7 +120,7 @@ class StepUseCases(ServiceBase):
             submitted = Submitted(execution, agent_id, request, slot, LeaseView(lease, True))
             policy_free = False
             if needs_verdict(execution, slot):
-                bundle = await _policy_bundle(tx, sub, slot)
+                bundle = sub.policy_bundle
                 policy_free = not bundle
                 verdict = self._evaluate_policy(execution, bundle, request)
                 facts = await _facts(tx, execution, key, request, verdict, now)
@@ -306,14 +306,6 @@ async def _resolve_slot(
         approval = await tx.pending_approval_for_step(step_id)
         approval_id = approval.id if approval else None
     return Slot(chosen, step_id, recorded, counted, approval_id)
-
-
-async def _policy_bundle(tx: Transaction, sub: Submission, slot: Slot) -> str | None:
-    """The agent's bundle for a new step. A store may leave it out of a submission whose
-    loaded occurrence was recorded; a new step at another occurrence then reads it."""
-    if sub.existing is not None and slot.occurrence != sub.occurrence:
-        return (await tx.get_agent(sub.execution.agent_id)).policy_bundle
-    return sub.policy_bundle
 
 
 async def _facts(
