@@ -27,19 +27,45 @@ async def _chunks(total: int, size: int = 1024 * 1024) -> AsyncIterator[bytes]:
 # -- body cap -----------------------------------------------------------------------------
 
 
-async def test_declared_oversize_body_is_refused_before_authentication(
+async def test_an_unauthenticated_body_is_refused_before_it_is_read(
     anon: httpx.AsyncClient, execution: Execution
 ) -> None:
-    response = await anon.post(
-        f"/v0/executions/{execution.id}/steps", content=b"{" + b" " * LIMIT + b"}"
+    agent_route = await anon.post(
+        f"/v0/executions/{execution.id}/steps", content=_chunks(LIMIT + 1)
     )
+    client_route = await anon.post("/v0/executions", content=_chunks(LIMIT + 1))
+
+    assert_error(agent_route, 401, "unauthorized")
+    assert_error(client_route, 401, "unauthorized")
+
+
+async def test_an_unknown_agent_is_refused_before_its_body_is_read(
+    agent: AgentClient, execution: Execution
+) -> None:
+    stranger = replace(agent, agent_id="stranger")
+    target = f"/v0/executions/{execution.id}/steps"
+    headers = stranger.headers("POST", target, b"{}", None)
+
+    response = await stranger.http.post(target, content=_chunks(LIMIT + 1), headers=headers)
+
+    assert_error(response, 401, "unauthorized")
+
+
+async def test_declared_oversize_body_of_a_known_agent_is_refused_unread(
+    agent: AgentClient, execution: Execution
+) -> None:
+    target = f"/v0/executions/{execution.id}/steps"
+    body = b"{" + b" " * LIMIT + b"}"
+
+    response = await agent.http.post(
+        target, content=body, headers=agent.headers("POST", target, body, None)
+    )
+
     assert_error(response, 413, "payload_too_large")
 
 
-async def test_chunked_oversize_body_is_refused_while_reading(
-    anon: httpx.AsyncClient, execution: Execution
-) -> None:
-    response = await anon.post(f"/v0/executions/{execution.id}/steps", content=_chunks(LIMIT + 1))
+async def test_chunked_oversize_body_is_refused_while_reading(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v0/executions", content=_chunks(LIMIT + 1))
     assert_error(response, 413, "payload_too_large")
 
 

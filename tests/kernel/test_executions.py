@@ -11,6 +11,7 @@ import pytest
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded, NotFound
 from rebuno.kernel.service import executions as executions_service
 from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service.agents import SECRETS_REMEMBERED
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter, Store
 from rebuno.kernel.stream.memory import MemoryBus
@@ -172,3 +173,14 @@ async def test_events_long_poll_returns_at_once_for_a_terminal_execution(run: Ru
     )
 
     assert events == []
+
+
+async def test_the_agent_secret_cache_stays_bounded_whatever_ids_are_asked(
+    kernel: Kernel,
+) -> None:
+    for index in range(SECRETS_REMEMBERED + 500):
+        assert await kernel.agent_secret(f"nobody-{index}") is None
+
+    assert len(kernel.secrets) == SECRETS_REMEMBERED
+    assert await kernel.agent_secret(AGENT) == "s3cret"
+    assert len(kernel.secrets) == SECRETS_REMEMBERED

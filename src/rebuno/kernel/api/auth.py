@@ -71,17 +71,25 @@ class Authenticator:
         if not hmac.compare_digest(received, self._expected):
             raise Unauthorized("unauthorized: missing or invalid bearer token")
 
+    async def require_known_agent(self, headers: Headers) -> str:
+        """The secret of the agent the headers name, checked before any body is read: a
+        request naming no agent, or an unknown one, is refused without reading it."""
+        agent_id = _exactly_once(headers, AGENT_ID_HEADER)
+        if not is_agent_id(agent_id):  # never looked up, so never remembered either
+            raise Unauthorized(_SIGNATURE_FAILED)
+        _exactly_once(headers, SIGNATURE_HEADER)
+        secret = await self._secret_of(agent_id)
+        if secret is None:
+            raise Unauthorized(_SIGNATURE_FAILED)
+        return secret
+
     async def require_agent(self, request: Request, body: bytes) -> str:
         """The authenticated agent id, or `Unauthorized`."""
         headers = request.headers
         agent_id = _exactly_once(headers, AGENT_ID_HEADER)
-        if not is_agent_id(agent_id):  # never looked up, so never remembered either
-            raise Unauthorized(_SIGNATURE_FAILED)
         signature = _exactly_once(headers, SIGNATURE_HEADER)
         fields = _signed_fields(headers)
-        secret = await self._secret_of(agent_id)
-        if secret is None:
-            raise Unauthorized(_SIGNATURE_FAILED)
+        secret = await self.require_known_agent(headers)
         if signature.startswith(REQUEST_SCHEME_PREFIX):
             verified = self._verify_request(request.scope, secret, fields, body, signature)
         elif signature.startswith(BODY_SCHEME_PREFIX) and self._accept_body_scheme:
@@ -174,18 +182,19 @@ class AgentCaller:
 
 
 class Gate:
-    """The entry of every route: the body cap first, then authentication."""
+    """The entry of every route: the credentials that need no body first (a bearer token;
+    a known agent id), then the body under its cap, then the signature over it."""
 
     def __init__(self, settings: Settings, authenticator: Authenticator) -> None:
         self._limit = settings.max_body_bytes
         self._auth = authenticator
 
     async def client(self, request: Request) -> bytes:
-        body = await read_body(request, self._limit)
         self._auth.require_bearer(request.headers)
-        return body
+        return await read_body(request, self._limit)
 
     async def agent(self, request: Request) -> AgentCaller:
+        await self._auth.require_known_agent(request.headers)
         body = await read_body(request, self._limit)
         return AgentCaller(body, await self._auth.require_agent(request, body))
 

@@ -15,6 +15,9 @@ from rebuno.kernel.service.base import ServiceBase
 # Secrets are read on every signed agent request. A short cache saves that read; a secret
 # rotated on another replica is honoured here within this many seconds.
 SECRET_TTL_SECONDS = 5.0
+SECRETS_REMEMBERED = 4096
+"""Ids remembered at most, known or not, the oldest forgotten first: anyone may send any
+`Rebuno-Agent-Id`, so the cache must not grow with what they send."""
 
 
 class AgentUseCases(ServiceBase):
@@ -27,6 +30,9 @@ class AgentUseCases(ServiceBase):
         except NotFound:
             secret = None
         self.secrets[agent_id] = (time.monotonic() + SECRET_TTL_SECONDS, secret)
+        self.secrets.move_to_end(agent_id)
+        while len(self.secrets) > SECRETS_REMEMBERED:
+            self.secrets.popitem(last=False)
         return secret
 
     async def register_agent(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -70,8 +71,9 @@ class ServiceBase:
         self.bus = bus
         self.wake = wake
         self.bundles = BundleCache()
-        self.secrets: dict[str, tuple[float, str | None]] = {}
-        """Agent secrets by id, with the monotonic time each entry expires."""
+        self.secrets: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+        """Agent secrets by id, with the monotonic time each entry expires (bounded, see
+        `agents.SECRETS_REMEMBERED`)."""
         self.appended: dict[str, Wake] = {}
         """Readers waiting for new events of an execution, woken after each commit."""
         self.ends: dict[str, Wake] = {}
