@@ -129,6 +129,9 @@ class Kernel(Process):
             entry += "    policy_file: policy.yaml\n"
         manifest.write_text(entry)
         mode = ["dev"] if store.name == "sqlite" else ["server", "--bearer-token", TOKEN]
+        if store.name != "sqlite":
+            # The bench agent's webhook is on loopback, which a server refuses unless allowed.
+            env = {**env, "REBUNO_WEBHOOK_ALLOW": "127.0.0.0/8"}
         args = [sys.executable, "-m", "rebuno.cli.main", *mode, "--db-url", store.url]
         args += ["--listen-addr", f"127.0.0.1:{self.port}", "--config", str(manifest)]
         args += ["--log-level", "warn"]

@@ -118,7 +118,9 @@ def test_no_secret_or_bearer_token_reaches_the_log_of_a_server(tmp_path: Path) -
         "--log-format",
         "json",
     ]
-    kernel = Process(args, tmp_path / "kernel.log", child_env())
+    # The agent's webhook is on loopback, which a server refuses unless allowed.
+    env = {**child_env(), "REBUNO_WEBHOOK_ALLOW": "127.0.0.0/8"}
+    kernel = Process(args, tmp_path / "kernel.log", env)
     agent: Process | None = None
     try:
         wait_healthy(url, kernel)

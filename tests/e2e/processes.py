@@ -166,6 +166,8 @@ class Server(Kernel):
         options = ["--db-url", db_url, "--bearer-token", token]
         if manifest is not None:
             options += ["--config", str(manifest)]
+        # The test agents' webhooks are on loopback, which a server refuses unless allowed.
+        env = {"REBUNO_WEBHOOK_ALLOW": "127.0.0.0/8", **(env or {})}
         self._start("server", options, log, env, port)
 
     def ready(self) -> int:

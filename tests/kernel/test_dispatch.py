@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
+from rebuno.kernel.domain.webhook import Targets
 from rebuno.kernel.service import dispatches
 from rebuno.kernel.service.dispatches import DispatchLoop
 from rebuno.kernel.service.kernel import Kernel
@@ -173,3 +174,24 @@ async def test_claims_never_exceed_idle_workers(live_kernel: Kernel, agent: Webh
 
 async def _status(kernel: Kernel, execution_id: str, status: ExecutionStatus) -> bool:
     return (await kernel.get_execution(execution_id)).status is status
+
+
+async def test_a_name_that_resolves_to_a_refused_address_is_never_connected_to(
+    agent: WebhookAgent,
+) -> None:
+    async with serving(agent) as url:
+        port = url.rsplit(":", 1)[1]
+        named = f"http://localhost:{port}/webhook"  # a name, checked once resolved
+        refusing = HttpDeliverer(timeout_seconds=5, targets=Targets())
+        allowing = HttpDeliverer(timeout_seconds=5, targets=Targets(loopback=True))
+        try:
+            refused = await refusing.deliver(named, SECRET, "e", b"{}", 5.0)
+            delivered = await allowing.deliver(named, SECRET, "e", b"{}", 5.0)
+        finally:
+            await refusing.close()
+            await allowing.close()
+
+    assert not refused.ok
+    assert "REBUNO_WEBHOOK_ALLOW" in refused.detail
+    assert delivered.ok
+    assert len(agent.deliveries) == 1  # the refused one never reached the agent

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
 from rebuno._http.codec import PARSERS, Codec, Headers, Response, TransportError, codec_factory
+
+Resolve = Callable[[str, int], Awaitable[str]]
+"""`(host, port)` to the address a new connection is made to; may raise `TransportError`."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # HEAD answers carry no body whatever their length says, and CONNECT answers carry a tunnel:
@@ -52,8 +56,12 @@ class Pool:
         max_idle: int = 20,
         ssl_context: ssl.SSLContext | None = None,
         parser: str | None = None,
+        resolve: Resolve | None = None,
     ) -> None:
         self._origin = _parse_origin(base_url)
+        self._resolve = resolve
+        """Chooses the address each new connection goes to (and may refuse it, raising
+        `TransportError`); by default the host is left to the connection to resolve."""
         self._timeout = timeout
         self._max_idle = max_idle
         self._ssl = _ssl_for(self._origin.scheme, ssl_context)
@@ -148,10 +156,13 @@ class Pool:
         loop = asyncio.get_running_loop()
         codec = self._codec()
         hostname = origin.host if self._ssl is not None else None
+        address = origin.host
+        if self._resolve is not None:
+            address = await self._resolve(origin.host, origin.port)
         try:
             _, connection = await loop.create_connection(
                 lambda: _Connection(loop, codec, self._open),
-                origin.host,
+                address,
                 origin.port,
                 ssl=self._ssl,
                 server_hostname=hostname,

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.domain.webhook import Targets, parse_networks
 from rebuno.protocol.durations import parse_duration
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ class Settings:
     """Offer `step-records` (docs/extensions.md) on an execution's first delivery."""
     step_occurrences: bool = True
     """Offer `step-occurrences` (docs/extensions.md) on the other deliveries."""
+    webhook_allow: str = ""
+    """Comma-separated CIDR ranges webhooks may reach besides public addresses (loopback,
+    link-local and private ones are refused otherwise; `rebuno dev` allows loopback)."""
     shortcuts: bool = True
     """Let a replica use what it remembers to skip work (service/shortcuts.py); `false`
     takes the ordinary way everywhere, with the same outcomes."""
@@ -81,6 +85,11 @@ def _positive_int(value: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) <= 0:
         raise ValueError("must be a positive integer")
     return int(text)
+
+
+def _networks(value: str) -> str:
+    parse_networks(value)
+    return value
 
 
 def _boolean(value: str) -> bool:
@@ -143,6 +152,11 @@ def _non_negative_duration(value: str) -> timedelta:
 
 
 DEV_LISTEN_ADDR = "127.0.0.1:8080"
+
+
+def webhook_targets(settings: Settings) -> Targets:
+    """The addresses this kernel's webhooks may reach (`webhook_allow`; loopback in dev)."""
+    return Targets(parse_networks(settings.webhook_allow), loopback=settings.dev)
 
 
 def split_listen_addr(addr: str) -> tuple[str, int]:
@@ -214,6 +228,7 @@ _OPTIONS = (
     _Option("step_records", "REBUNO_STEP_RECORDS", _boolean),
     _Option("step_occurrences", "REBUNO_STEP_OCCURRENCES", _boolean),
     _Option("shortcuts", "REBUNO_SHORTCUTS", _boolean),
+    _Option("webhook_allow", "REBUNO_WEBHOOK_ALLOW", _networks),
     _Option("sse_keepalive", "REBUNO_SSE_KEEPALIVE", _positive_duration),
     _Option("workers", "REBUNO_WORKERS", _positive_int),
 )

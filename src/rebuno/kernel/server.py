@@ -27,7 +27,12 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from rebuno.kernel.api.app import create_app
-from rebuno.kernel.config import Settings, default_replica_id, split_listen_addr
+from rebuno.kernel.config import (
+    Settings,
+    default_replica_id,
+    split_listen_addr,
+    webhook_targets,
+)
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
@@ -143,7 +148,7 @@ async def serve(
     sock = sock or bind(settings.listen_addr)
     store = open_store(settings)
     await store.open()
-    deliverer = HttpDeliverer(settings.dispatch_timeout.total_seconds())
+    deliverer = HttpDeliverer(settings.dispatch_timeout.total_seconds(), webhook_targets(settings))
     bus = open_bus(settings)
     try:
         kernel = Kernel(store, settings, bus=bus)

@@ -8,10 +8,14 @@ Must not import the store, the service layer, or the API.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import socket
 from urllib.parse import urlsplit
 
 from rebuno._http import Pool, TransportError
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.kernel.domain.webhook import Targets, literal_address
 from rebuno.protocol.extensions import (
     AGENT_INSTANCE_HEADER,
     EXECUTION_HEADER,
@@ -30,10 +34,15 @@ MAX_ORIGINS = 1024
 
 
 class HttpDeliverer:
-    """Delivers webhooks over one keep-alive pool per agent origin."""
+    """Delivers webhooks over one keep-alive pool per agent origin, to the addresses `targets`
+    allows: each new connection resolves the host and checks the address it then connects to
+    (so a name cannot be re-pointed between the check and the connection)."""
 
-    def __init__(self, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, targets: Targets | None = None
+    ) -> None:
         self._timeout = timeout_seconds
+        self._targets = targets or Targets(loopback=True)
         self._pools: dict[str, Pool] = {}
 
     async def deliver(
@@ -76,9 +85,28 @@ class HttpDeliverer:
         if pool is None:
             if len(self._pools) >= MAX_ORIGINS:
                 await self._pools.pop(next(iter(self._pools))).aclose()
-            pool = Pool(origin, timeout=timeout_seconds or self._timeout)
+            pool = Pool(origin, timeout=timeout_seconds or self._timeout, resolve=self._resolve)
             self._pools[origin] = pool
         return pool, target
+
+    async def _resolve(self, host: str, port: int) -> str:
+        """The first address `host` resolves to, when webhooks may reach it."""
+        address = literal_address(host)
+        if address is None:
+            loop = asyncio.get_running_loop()
+            try:
+                found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise TransportError(f"cannot resolve {host}: {exc}") from exc
+            if not found:
+                raise TransportError(f"cannot resolve {host}")
+            address = ipaddress.ip_address(found[0][4][0])
+        if self._targets.refuses(address):
+            raise TransportError(
+                f"{host} is {address}, a loopback, link-local or private address that"
+                " REBUNO_WEBHOOK_ALLOW does not name"
+            )
+        return str(address)
 
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from rebuno.kernel.config import webhook_targets
 from rebuno.kernel.domain.dispatch import lease_timeout_problem
 from rebuno.kernel.domain.errors import NotFound, ValidationFailed
 from rebuno.kernel.domain.records import Agent
@@ -47,6 +48,8 @@ class AgentUseCases(ServiceBase):
         for field, value in (("id", agent_id), ("webhook_url", webhook_url), ("secret", secret)):
             if not value:
                 raise ValidationFailed(f"validation error: agent {field} is required")
+        if (problem := webhook_targets(self.settings).problem(webhook_url)) is not None:
+            raise ValidationFailed(f"validation error: {problem}")
         if lease_timeout_seconds is not None and (
             problem := lease_timeout_problem(lease_timeout_seconds)
         ):
