@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
 from rebuno.kernel.domain.records import Execution
 from rebuno.protocol.signing import sign_request
-from tests.api.harness import AGENT, AgentClient, assert_error
+from tests.api.harness import AGENT, TOKEN, AgentClient, assert_error
 
 LIMIT = 10 * 1024 * 1024
 SEARCH = {"kind": "tool_call", "target": "web_search", "args": {"query": "x"}}
@@ -328,3 +331,39 @@ async def test_stream_producer_needs_no_lease(leased: AgentClient, execution: Ex
         f"/v0/executions/{execution.id}/steps/{step_id}/stream", {"seq": 0, "data": "x"}, lease=None
     )
     assert response.status_code == 204
+
+
+async def test_a_client_that_leaves_mid_body_is_no_error(
+    app: Starlette, caplog: pytest.LogCaptureFixture
+) -> None:
+    messages: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b'{"agent_id": "resea', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v0/executions",
+        "raw_path": b"/v0/executions",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {TOKEN}".encode()), (b"host", b"kernel.test")],
+        "server": ("kernel.test", 80),
+        "client": ("127.0.0.1", 50000),
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    with caplog.at_level(logging.DEBUG):
+        await app(scope, receive, send)
+
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("client disconnected" in r.getMessage() for r in caplog.records)

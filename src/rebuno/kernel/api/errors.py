@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from rebuno.kernel.api.schemas import json_response
@@ -60,6 +60,10 @@ def guarded(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except KernelError as exc:
             return kernel_error_response(exc)
+        except ClientDisconnect:
+            # The caller went away mid-body: nobody is left to answer, and nothing failed.
+            logger.debug("client disconnected on %s %s", request.method, request.url.path)
+            return Response(status_code=400)
         except Exception:
             logger.exception("unhandled error on %s %s", request.method, request.url.path)
             return internal_error_response()
