@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import replace
 from typing import Any
 
@@ -359,8 +359,8 @@ async def test_a_client_that_leaves_mid_body_is_no_error(
     async def receive() -> dict[str, Any]:
         return messages.pop(0)
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
 
     with caplog.at_level(logging.DEBUG):
         await app(scope, receive, send)
