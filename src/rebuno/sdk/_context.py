@@ -45,6 +45,11 @@ _HEARTBEAT_CAP = 30.0
 CARRY_DELAY_SECONDS = 0.02
 # At most this many wait at once (the kernel takes 1,000 per request).
 MAX_CARRIED = 256
+MAX_REQUEST_BYTES = 10 * 1024 * 1024
+"""The kernel's default cap on a request body (`REBUNO_MAX_BODY_BYTES`)."""
+MAX_RECORDED_BYTES = MAX_REQUEST_BYTES - 64 * 1024
+"""The largest result, arguments or output one request can still carry, with room for the
+rest of its body. Carried outcomes never add up to more than this in one request."""
 
 _DECISIONS = {member.value: member for member in Decision}
 _Key = tuple[str, str, str]
@@ -97,6 +102,7 @@ class ExecutionContext:
         """`step-occurrences` holds: how many submissions of each key the kernel counted."""
         self._numbering: dict[_Key, tuple[asyncio.Lock, list[int]]] = {}
         self._carried: list[Carried] = []
+        self._carried_bytes = 0
         self._carry_flush: asyncio.TimerHandle | None = None
         self._carried_at = 0.0
 
@@ -167,6 +173,8 @@ class ExecutionContext:
 
     async def _submit(self, kind: str, target: str, args: bytes, idempotency: str) -> StepDecision:
         # `args` is encoded before the completions are taken, so a refused value loses none.
+        if self._carried and not self.fits_beside(len(args)):
+            await self.flush_completions()  # they would not fit beside these arguments
         send = partial(
             self._kernel.submit_step,
             self.id,
@@ -223,6 +231,7 @@ class ExecutionContext:
         try:
             result = await _call(run)
             recorded = _recorded(result)
+            check_size("result", recorded)
         except (Blocked, Terminated, LeaseSuperseded):
             raise
         except Exception as exc:
@@ -235,7 +244,12 @@ class ExecutionContext:
     def take_completions(self) -> list[Carried]:
         """The completions waiting to be carried by the next kernel call, now handed over."""
         carried, self._carried = self._carried, []
+        self._carried_bytes = 0
         return carried
+
+    def fits_beside(self, size: int) -> bool:
+        """Whether what waits to be carried still fits in one request beside `size` bytes."""
+        return size + self._carried_bytes <= MAX_RECORDED_BYTES
 
     async def flush_completions(self) -> None:
         """Sends waiting completions on their own. Best-effort: a completion that is lost
@@ -284,9 +298,13 @@ class ExecutionContext:
         """Keeps `carried` for the next kernel call, for at most `CARRY_DELAY_SECONDS`; a
         full list is sent at once, before the handler goes on."""
         loop = self._loop or asyncio.get_running_loop()
+        size = _size(carried)
+        if self._carried and not self.fits_beside(size):
+            await self.flush_completions()  # one request never carries more than the kernel takes
         if not self._carried:
             self._carried_at = loop.time()
         self._carried.append(carried)
+        self._carried_bytes += size
         if len(self._carried) >= MAX_CARRIED:
             await self.flush_completions()
         elif self._carry_flush is None:
@@ -361,6 +379,7 @@ class ExecutionContext:
         try:
             result = await _call(run)
             recorded = _recorded(result)
+            check_size("result", recorded)
         except (Blocked, Terminated, LeaseSuperseded):
             # A nested call unwinding the dispatch is no failure of this step: it stays open
             # and the next attempt decides it by its idempotency.
@@ -458,6 +477,26 @@ def _recorded(value: Any) -> bytes:
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     return encode_json(value)
+
+
+class PayloadTooLarge(ValueError):
+    """A value no request to the kernel can carry: the step fails with it at once (and is
+    recorded so), rather than being lost or run again on every redelivery."""
+
+
+def check_size(what: str, encoded: bytes) -> None:
+    """Raises `PayloadTooLarge` when `encoded` (a result or an output) can never be sent."""
+    if len(encoded) > MAX_RECORDED_BYTES:
+        raise PayloadTooLarge(
+            f"payload_too_large: the {what} is {len(encoded)} bytes of JSON, over the"
+            f" {MAX_RECORDED_BYTES} one request to the kernel can carry"
+        )
+
+
+def _size(carried: Carried) -> int:
+    if isinstance(carried, Completion):
+        return len(carried.result) + 100
+    return len(carried.args) + len(carried.result or carried.error or b"") + 200
 
 
 def _error_of(exc: Exception) -> dict[str, str]:

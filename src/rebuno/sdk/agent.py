@@ -32,10 +32,10 @@ from rebuno.protocol.extensions import (
     STEP_OCCURRENCES,
     STEP_RECORDS,
 )
-from rebuno.sdk._context import ExecutionContext, jsonable
+from rebuno.sdk._context import ExecutionContext, PayloadTooLarge, check_size, jsonable
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._instance import Instance, configured_name
-from rebuno.sdk._kernel import KernelClient
+from rebuno.sdk._kernel import KernelClient, encode_json
 from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
 from rebuno.sdk.errors import (
     Blocked,
@@ -330,6 +330,14 @@ class Agent:
         if isinstance(signal, _QUIET) or isinstance(error, _QUIET):
             await context.flush_completions()
             return
+        if error is None:
+            encoded = encode_json(output)
+            try:
+                check_size("output", encoded)
+            except PayloadTooLarge as exc:
+                error = exc  # the execution fails: no redelivery could ever complete it
+            if error is None and not context.fits_beside(len(encoded)):
+                await context.flush_completions()  # they would not fit beside the output
         carried = context.take_completions()
         try:
             if error is None:
