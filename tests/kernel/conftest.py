@@ -129,10 +129,12 @@ class Sent:
 
 @dataclass
 class Answering:
-    """A deliverer whose agent answers every webhook 2xx at once, keeping what it was sent.
-    `answer` runs before the answer is returned: what the agent does meanwhile."""
+    """A deliverer whose agent answers every webhook 2xx at once, keeping what it was sent,
+    and naming itself as `instance` (`agent-instances`) when one is given. `answer` runs
+    before the answer is returned: what the agent does meanwhile."""
 
     sent: list[Sent] = field(default_factory=list)
+    instance: AgentInstance | None = None
 
     async def deliver(
         self,
@@ -147,39 +149,16 @@ class Answering:
     ) -> DeliveryOutcome:
         self.sent.append(Sent(execution_id, body, extensions, carried))
         await self.answer(execution_id)
-        return DeliveryOutcome(ok=True)
+        return DeliveryOutcome(ok=True, instance=self.instance)
 
     async def answer(self, execution_id: str) -> None:
         return None
 
 
-@dataclass
-class Acknowledging(Answering):
-    """An agent that acknowledges every webhook naming itself as `instance`."""
-
-    instance: AgentInstance | None = None
-
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
-        await super().deliver(
-            url, secret, execution_id, body, timeout_seconds, extensions=extensions, carried=carried
-        )
-        return DeliveryOutcome(ok=True, instance=self.instance)
-
-
 async def delivered(kernel: Kernel, instance: AgentInstance | None, agent_id: str = AGENT) -> Run:
     """A new execution, delivered and acknowledged by `instance`."""
     execution = await kernel.create_execution(agent_id, '{"topic":"x"}', None)
-    deliverer = Acknowledging(instance=instance)
+    deliverer = Answering(instance=instance)
     [claimed] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
     await kernel.deliver(claimed, deliverer)
     assert AGENT_INSTANCES in deliverer.sent[0].extensions
