@@ -4,6 +4,8 @@ real agents; every command runs as its own process, as a script would run it."""
 from __future__ import annotations
 
 import subprocess
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -216,8 +218,34 @@ def test_invalid_json_input_is_a_usage_error(stack: Stack) -> None:
 
 
 def test_an_unreachable_kernel_is_one_error_line_with_exit_1() -> None:
-    result = rebuno("agents", "ls", url=f"http://127.0.0.1:{free_port()}")
+    url = f"http://127.0.0.1:{free_port()}"
+    result = rebuno("agents", "ls", url=url)
 
     assert result.returncode == 1
-    assert result.stderr.startswith("error: cannot reach the kernel")
+    assert result.stderr.startswith(f"error: cannot reach the kernel at {url}: ")
+    assert "Connect call failed" in result.stderr or "refused" in result.stderr.lower()
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_url_without_a_scheme_is_named_in_one_line() -> None:
+    result = rebuno("agents", "ls", url="127.0.0.1:8080")
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "error: --url: URL '127.0.0.1:8080' is not an http:// or https:// URL\n"
+    )
+
+
+def test_a_server_that_is_no_kernel_is_named_as_such() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)  # answers 404 HTML
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        result = rebuno("agents", "ls", url=f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert result.returncode == 1
+    assert "without a Rebuno error envelope: is --url the kernel's?" in result.stderr
     assert len(result.stderr.splitlines()) == 1

@@ -43,6 +43,21 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().out == f"rebuno {package_version()}\n"
 
 
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_the_version_flag_prints_the_package_version(
+    capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    assert run([flag]) == 0
+    assert capsys.readouterr().out == f"rebuno, version {package_version()}\n"
+
+
+def test_bare_rebuno_prints_its_help_and_no_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith("Usage: rebuno")
+    assert "error" not in printed.out + printed.err
+
+
 def test_server_without_database_url_exits_2_with_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

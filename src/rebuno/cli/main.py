@@ -28,6 +28,7 @@ def package_version() -> str:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_version(), "--version", "-V", prog_name="rebuno")
 def rebuno() -> None:
     """Rebuno: a durable-execution kernel for AI agents."""
 
@@ -50,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Runs `rebuno` and exits with its status."""
     try:
         outcome = rebuno.main(args=argv, prog_name="rebuno", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # Bare `rebuno`: its help, as asked for, not an error.
+        click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+        sys.exit(0)
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)

@@ -67,14 +67,24 @@ def _common_length(first: str, second: str) -> int:
     return length
 
 
-def error_message(exc: RebunoError | InputError) -> str:
-    """The text after `error: ` for a failed operation."""
+def error_message(exc: RebunoError | InputError, url: str = "") -> str:
+    """The text after `error: ` for a failed operation against the kernel at `url`: one line
+    that names the URL and what went wrong."""
+    where = f" at {url}" if url else ""
     if isinstance(exc, APIError):
+        if exc.code == "internal_error" and exc.status_code != 500:
+            # A body that is no error envelope of ours: something else answers there.
+            return (
+                f"the server{where} answered {exc.status_code} without a Rebuno error"
+                " envelope: is --url the kernel's?"
+            )
         return f"{exc.message} ({exc.code})"
     if isinstance(exc, NetworkError):
         cause = exc.__cause__
-        reason = type(cause).__name__ if cause is not None else "no answer"
-        return f"cannot reach the kernel ({reason}); is it running, and is --url right?"
+        if isinstance(cause, ValueError):
+            return f"--url: {cause}"
+        reason = str(cause) if cause is not None else "no answer"
+        return f"cannot reach the kernel{where}: {reason}"
     return str(exc)
 
 

@@ -38,7 +38,7 @@ class Remote:
         try:
             asyncio.run(self._call(operation))
         except (RebunoError, InputError) as exc:
-            raise click.ClickException(error_message(exc)) from None
+            raise click.ClickException(error_message(exc, self.url)) from None
         except KeyboardInterrupt:
             raise click.exceptions.Exit(INTERRUPTED) from None
 
