@@ -5,7 +5,9 @@
 install:
 	@scripts/install
 
-dev: install
+# The kernel and what the examples need; not the development toolchain.
+dev:
+	@scripts/install kernel,examples
 	@.venv/bin/rebuno dev --config examples/rebuno.yaml
 
 test: install
