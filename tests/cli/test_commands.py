@@ -249,3 +249,17 @@ def test_a_server_that_is_no_kernel_is_named_as_such() -> None:
     assert result.returncode == 1
     assert "without a Rebuno error envelope: is --url the kernel's?" in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_second_dev_kernel_on_the_same_file_refuses_naming_the_holder(stack: Stack) -> None:
+    database = stack.directory / "kernel.db"
+    args = [*CLI, "dev", "--db-url", f"sqlite:///{database}"]
+    args += ["--listen-addr", f"127.0.0.1:{free_port()}"]
+
+    second = subprocess.run(args, capture_output=True, text=True, timeout=60, env=child_env())
+
+    assert second.returncode == 1
+    assert second.stderr == (
+        f"error: SQLite database {database} is in use by process {stack.kernel.proc.pid}: one"
+        " kernel per file (stop the other, or give this one its own --db-url)\n"
+    )

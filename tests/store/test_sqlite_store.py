@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import stat
 from collections.abc import AsyncIterator
@@ -43,6 +44,23 @@ async def test_a_new_database_and_its_journal_are_readable_by_their_owner_only(
 
     assert {"kernel.db", "kernel.db-wal"} <= set(modes)
     assert set(modes.values()) == {0o600}
+
+
+async def test_a_second_store_on_a_file_in_use_is_refused_naming_the_holder(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "kernel.db")
+    first = SqliteStore(path)
+    await first.open()
+    try:
+        with pytest.raises(Unavailable, match=rf"in use by process {os.getpid()}"):
+            await SqliteStore(path).open()
+    finally:
+        await first.close()
+
+    second = SqliteStore(path)  # free again once the first one closed
+    await second.open()
+    await second.close()
 
 
 async def test_data_survives_closing_and_reopening(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -27,7 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TextIO, TypeVar
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
@@ -72,6 +73,30 @@ GROUP_LIMIT = 32
 """Writers one commit may cover at most, so the first of them never waits long."""
 
 
+def _own(path: str) -> TextIO:
+    """Takes `<path>.lock` for this process, or refuses naming the process that holds it: a
+    second kernel on the same file would interleave its writes with the first's (SQLite would
+    keep the file whole, but two dispatch loops and two sets of leases would not agree). The
+    lock goes with the process, however it ends."""
+    # Readable by the owner only, like the database beside it.
+    lock = os.fdopen(os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600), "r+", encoding="ascii")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise Unavailable(
+            f"SQLite database {path} is in use by process {holder}: one kernel per file"
+            " (stop the other, or give this one its own --db-url)"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
 class _Group:
     """Writers sharing one transaction; `done` resolves when its COMMIT did (or failed)."""
 
@@ -96,6 +121,8 @@ class SqliteStore:
         self._leaders: set[str] = set()
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint: asyncio.Future[None] | None = None
+        self._owner: TextIO | None = None
+        """The lock file held while open: one process writes an SQLite store at a time."""
         self._committed = 0
         self._checkpointed_at = 0
         """`_committed` when the last background checkpoint started."""
@@ -108,6 +135,7 @@ class SqliteStore:
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
         self._path = self._prepare_path()
+        self._owner = _own(self._path)
         writer: sqlite3.Connection | None = None
         try:
             writer = _connect(self._path)
@@ -115,11 +143,19 @@ class SqliteStore:
             self._reader = _connect(self._path, read_only=True)
             # Used only from the checkpoint worker thread, one checkpoint at a time.
             self._checkpointer = _connect(self._path, check_same_thread=False)
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             if writer is not None:
                 writer.close()
-            raise Unavailable(f"cannot open SQLite database {self._path}: {exc}") from exc
+            self._disown()
+            if isinstance(exc, sqlite3.Error):
+                raise Unavailable(f"cannot open SQLite database {self._path}: {exc}") from exc
+            raise
         self._writer = writer
+
+    def _disown(self) -> None:
+        if self._owner is not None:
+            self._owner.close()  # closing the descriptor drops the lock
+            self._owner = None
 
     def _prepare_path(self) -> str:
         if self._requested == _MEMORY:
@@ -150,6 +186,7 @@ class SqliteStore:
                     conn.close()
             self._checkpointer = None
             self._reader = self._writer = None
+            self._disown()
             if self._tempdir is not None:
                 shutil.rmtree(self._tempdir, ignore_errors=True)
                 self._tempdir = None
