@@ -198,6 +198,9 @@ def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
         app,
         lifespan="off",
         http=CoalescedHttp,
+        # uvicorn rewrites the client address and scheme from X-Forwarded-* on every request
+        # from 127.0.0.1; the kernel reads neither (a signature covers the path alone).
+        proxy_headers=False,
         access_log=False,
         log_config=None,
         server_header=False,
