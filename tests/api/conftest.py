@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
@@ -42,12 +42,12 @@ async def kernel(store: Store, clock: ManualClock, api_settings: Settings) -> Ke
 
 
 @pytest.fixture
-def app(kernel: Kernel, api_settings: Settings) -> Starlette:
+def app(kernel: Kernel, api_settings: Settings) -> ASGIApp:
     return create_app(kernel, api_settings)
 
 
 @pytest.fixture
-async def anon(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+async def anon(app: ASGIApp) -> AsyncIterator[httpx.AsyncClient]:
     """A client that sends no credentials."""
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http:
@@ -55,7 +55,7 @@ async def anon(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+async def client(app: ASGIApp) -> AsyncIterator[httpx.AsyncClient]:
     """A bearer client with the configured token."""
     transport = httpx.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
@@ -275,7 +275,7 @@ async def test_agent_cannot_read_another_agents_execution(
 
 
 @pytest.fixture
-async def vector_app(kernel: Kernel, clock: ManualClock, app: Starlette) -> Starlette:
+async def vector_app(kernel: Kernel, clock: ManualClock, app: ASGIApp) -> ASGIApp:
     """The app with the vectors' agent registered and the clock at their timestamp."""
     await kernel.register_agent("vectors", "http://127.0.0.1:9/v", VECTORS["secret"], None, None)
     clock.advance(datetime.fromtimestamp(1767225600, UTC) - clock.now())
@@ -301,7 +301,7 @@ async def _send_vector(
 
 @pytest.mark.parametrize("name", ["S2", "S3", "S4", "S5", "S6"])
 async def test_protocol_signature_vectors_authenticate(
-    vector_app: Starlette, anon: httpx.AsyncClient, name: str
+    vector_app: ASGIApp, anon: httpx.AsyncClient, name: str
 ) -> None:
     case = vector(name)
     genuine = await _send_vector(anon, case)

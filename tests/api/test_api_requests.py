@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from rebuno.kernel.domain.records import Execution
 from rebuno.protocol.signing import sign_request
@@ -334,7 +334,7 @@ async def test_stream_producer_needs_no_lease(leased: AgentClient, execution: Ex
 
 
 async def test_a_client_that_leaves_mid_body_is_no_error(
-    app: Starlette, caplog: pytest.LogCaptureFixture
+    app: ASGIApp, caplog: pytest.LogCaptureFixture
 ) -> None:
     messages: list[dict[str, Any]] = [
         {"type": "http.request", "body": b'{"agent_id": "resea', "more_body": True},

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.service.kernel import Kernel
@@ -23,7 +23,7 @@ FRAME_TIMEOUT = 5.0
 
 
 @pytest.fixture
-async def live_url(app: Starlette) -> AsyncIterator[str]:
+async def live_url(app: ASGIApp) -> AsyncIterator[str]:
     """The app served by uvicorn on a free loopback port."""
     config = uvicorn.Config(
         app,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
@@ -57,7 +57,7 @@ async def test_without_an_allow_list_loopback_is_refused_in_any_spelling(
     kernel: Kernel, clock: ManualClock, api_settings: Settings, host: str
 ) -> None:
     strict = replace(api_settings, webhook_allow="")
-    app: Starlette = create_app(
+    app: ASGIApp = create_app(
         Kernel(kernel.store, strict, clock=clock.now, bus=MemoryBus()), strict
     )
     headers = {"Authorization": f"Bearer {TOKEN}"}

@@ -12,7 +12,7 @@ from datetime import timedelta
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from rebuno.kernel.metrics import HttpMetrics
 from rebuno.kernel.service import dispatches
@@ -47,7 +47,7 @@ class Scrape:
 
 
 @pytest.fixture
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+async def http(app: ASGIApp) -> AsyncIterator[httpx.AsyncClient]:
     """A bearer client through the HTTP metrics middleware, as the server mounts it."""
     transport = httpx.ASGITransport(app=HttpMetrics(app))
     headers = {"Authorization": f"Bearer {TOKEN}"}

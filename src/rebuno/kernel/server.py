@@ -33,6 +33,7 @@ from rebuno.kernel.config import (
     split_listen_addr,
     webhook_targets,
 )
+from rebuno.kernel.connection import CoalescedHttp
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
@@ -196,6 +197,10 @@ def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         lifespan="off",
+        http=CoalescedHttp,
+        # uvicorn rewrites the client address and scheme from X-Forwarded-* on every request
+        # from 127.0.0.1; the kernel reads neither (a signature covers the path alone).
+        proxy_headers=False,
         access_log=False,
         log_config=None,
         server_header=False,

@@ -41,6 +41,7 @@ _IDS: ContextVar[Mapping[str, str]] = ContextVar("rebuno_log_ids", default=_NO_I
 _EXECUTION_PATH = re.compile(r"^/v0/executions/([^/]+)(?:/steps/([^/]+))?")
 # Only id-shaped values reach a log line: a path segment can decode to a newline.
 _ID = re.compile(r"^[0-9A-Za-z-]{1,64}$")
+_DISPATCH_ID = b"rebuno-dispatch-id"
 
 
 class CorrelationFilter(logging.Filter):
@@ -65,14 +66,24 @@ def current_ids() -> Mapping[str, str]:
     return _IDS.get()
 
 
-def request_ids(path: str, headers: Mapping[str, str]) -> dict[str, str]:
+def request_ids(path: str, dispatch_id: str | None) -> dict[str, str]:
     ids: dict[str, str] = {}
     match = _EXECUTION_PATH.match(path)
     if match:
         _keep(ids, "execution_id", match.group(1))
         _keep(ids, "step_id", match.group(2))
-    _keep(ids, "dispatch_id", headers.get("rebuno-dispatch-id"))
+    _keep(ids, "dispatch_id", dispatch_id)
     return ids
+
+
+def _dispatch_id(scope: Scope) -> str | None:
+    """The last `Rebuno-Dispatch-Id` header, as a dict of the headers would keep it; read
+    without decoding the others, since without tracing nothing else needs them."""
+    found: bytes | None = None
+    for name, value in scope["headers"]:
+        if name == _DISPATCH_ID:
+            found = value
+    return None if found is None else found.decode("latin-1")
 
 
 def _keep(ids: dict[str, str], name: str, value: str | None) -> None:
@@ -128,13 +139,12 @@ class _RequestObserver:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = _headers(scope)
-        token = _IDS.set(request_ids(scope["path"], headers))
+        token = _IDS.set(request_ids(scope["path"], _dispatch_id(scope)))
         try:
             if self._tracer is None:
                 await self.app(scope, receive, send)
             else:
-                await self._traced(self._tracer, scope, receive, send, headers)
+                await self._traced(self._tracer, scope, receive, send, _headers(scope))
         finally:
             _IDS.reset(token)
 

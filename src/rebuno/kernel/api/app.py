@@ -1,7 +1,8 @@
 """The route table: `create_app` wires every route group to one `Kernel`.
 
-The app has no lifespan of its own; the server owns start-up and shutdown. Must not import a
-store backend or the dispatcher.
+The app has no lifespan of its own; the server owns start-up and shutdown. Requests reach
+their route through `DirectRoutes`, and Starlette answers what it does not find. Must not
+import a store backend or the dispatcher.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
 
 from rebuno.kernel.api.auth import Authenticator, Gate
 from rebuno.kernel.api.errors import http_exception_handler
@@ -19,11 +21,12 @@ from rebuno.kernel.api.routes.operational import OperationalRoutes
 from rebuno.kernel.api.routes.policies import PolicyRoutes
 from rebuno.kernel.api.routes.steps import StepRoutes
 from rebuno.kernel.api.routes.stream import StreamRoutes
+from rebuno.kernel.api.routing import DirectRoutes, MethodRoute
 from rebuno.kernel.config import Settings
 from rebuno.kernel.service.kernel import Kernel
 
 
-def create_app(kernel: Kernel, settings: Settings) -> Starlette:
+def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
     gate = Gate(settings, Authenticator(settings, kernel.agent_secret, kernel.clock))
     routes: list[BaseRoute] = [
         *ExecutionRoutes(kernel, gate).routes(),
@@ -37,4 +40,4 @@ def create_app(kernel: Kernel, settings: Settings) -> Starlette:
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_exception_handler})
     # A trailing-slash redirect would be a 3xx, which SDK 0.29.2 treats as an error anyway.
     app.router.redirect_slashes = False
-    return app
+    return DirectRoutes(app, [one for one in routes if isinstance(one, MethodRoute)])
