@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from functools import cache, partial
 
 from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
@@ -86,16 +85,7 @@ class StepUseCases(ServiceBase):
         submission (`step-occurrences`), which replaces the dispatch's counter; None to count
         as §7.3 does. A replay may first be answered from an unlocked read (`shortcuts`)."""
         key = _key(request)
-        # Cached: a store that looks the step up by id and this use case ask for the same one.
-        step_id_for = cache(
-            partial(
-                compute_step_id,
-                execution_id,
-                request.kind.value,
-                request.target,
-                request.args_hash,
-            )
-        )
+        step_id_for = _StepIds(execution_id, request)
         if occurrence is not None and not outcomes and self.shortcuts.may_replay_unlocked(lease):
             slot = Slot(occurrence, step_id_for(occurrence), None, kernel_counted=False)
             replayed = await self._replay_unlocked(execution_id, agent_id, lease, request, slot)
@@ -440,6 +430,32 @@ async def _record_reported(
     done = _record_outcome(executing, report.result, report.error, batch)
     await tx.insert_step(done)
     return done
+
+
+class _StepIds:
+    """The step id of each occurrence of one request, each computed once: a store that looks
+    the step up by id and the use case ask for the same one (a plain dict, cheaper than a
+    `functools.cache` wrapper built per submission)."""
+
+    __slots__ = ("_execution_id", "_ids", "_request")
+
+    def __init__(self, execution_id: str, request: StepRequest) -> None:
+        self._execution_id = execution_id
+        self._request = request
+        self._ids: dict[int, str] = {}
+
+    def __call__(self, occurrence: int) -> str:
+        found = self._ids.get(occurrence)
+        if found is None:
+            request = self._request
+            found = self._ids[occurrence] = compute_step_id(
+                self._execution_id,
+                request.kind.value,
+                request.target,
+                request.args_hash,
+                occurrence,
+            )
+        return found
 
 
 def _key(request: StepRequest) -> StepKey:
