@@ -132,7 +132,8 @@ def test_only_a_first_delivery_without_policy_is_offered_step_records() -> None:
     always = (STEP_COMPLETIONS, AGENT_INSTANCES)
     numbered = (*always, STEP_OCCURRENCES)
 
-    assert offered(first, step_records=True) == (*always, STEP_RECORDS)
+    assert offered(first, step_records=True) == (*always, STEP_RECORDS, STEP_OCCURRENCES)
+    assert offered(first, True, False) == (*always, STEP_RECORDS)
     assert offered(first, step_records=False) == numbered
     assert offered(_claimed(ExecutionStatus.RUNNING, None), True) == numbered
     assert offered(_claimed(ExecutionStatus.PENDING, "rules: []"), True) == numbered

@@ -14,8 +14,9 @@ talk the standard protocol unchanged.
   `result` or `error`; a heartbeat may carry `completions` too. The agent asks again on each
   submission and heartbeat by sending the header; the kernel's answer carries the header back
   while the agent still has no policy, and the agent stops when it does not.
-- `step-occurrences`: offered with every delivery that is not offered `step-records`. The
-  agent numbers its own submissions: each carries `occurrence`, how many earlier submissions
+- `step-occurrences`: offered with every delivery; an agent that uses `step-records` on a
+  delivery does not use it there (the kernel counts what is reported). The agent numbers its
+  own submissions: each carries `occurrence`, how many earlier submissions
   of this delivery with the same kind, target and canonical args the kernel counted (§7.3:
   answered `proceed`, `replay` or `denied`, or blocked on an approval). Having sent it once,
   the agent sends it with every submission of the delivery. The kernel then needs no

@@ -264,14 +264,17 @@ class Agent:
         if superseded is not None:
             # The older run must finish unwinding before this one writes anything.
             await asyncio.gather(superseded, return_exceptions=True)
+        reporting = self.durability == "batched" and STEP_RECORDS in delivery.extensions
         context = ExecutionContext(
             kernel=self._kernel,
             execution_id=delivery.execution_id,
             lease=delivery.lease,
             agent_id=self.agent_id,
             carry_completions=STEP_COMPLETIONS in delivery.extensions,
-            report_steps=self.durability == "batched" and STEP_RECORDS in delivery.extensions,
-            number_steps=STEP_OCCURRENCES in delivery.extensions,
+            report_steps=reporting,
+            # One of the two per delivery: steps reported after they ran are counted by the
+            # kernel, so a delivery that reports them numbers none.
+            number_steps=not reporting and STEP_OCCURRENCES in delivery.extensions,
         )
         try:
             await self._run(context, delivery.carried)

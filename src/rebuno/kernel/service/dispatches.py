@@ -44,18 +44,21 @@ def offered(
     """Our extensions this delivery may use. `step-records` lets the agent run steps before
     reporting them, so it is offered only where no step can have been recorded yet (the
     execution never started: §10.1 starts it with its first acknowledged delivery or step) and
-    no policy has to decide any step. Every other delivery is offered `step-occurrences` (when
-    enabled): the agent's own numbering of its submissions only stays in step with the
-    kernel's when no step runs before it is submitted."""
+    no policy has to decide any step. `step-occurrences` (when enabled) is offered with every
+    delivery: an agent uses at most one of the two on a delivery (its own numbering of its
+    submissions only stays in step with the kernel's when no step runs before it is
+    submitted), so a durable agent numbers its steps on a first delivery too, and a batched
+    one lets the kernel count."""
+    offers: tuple[str, ...] = OFFERED
     if (
         step_records
         and claimed.execution_status is ExecutionStatus.PENDING
         and not claimed.agent.policy_bundle
     ):
-        return (*OFFERED, STEP_RECORDS)
+        offers = (*offers, STEP_RECORDS)
     if step_occurrences:
-        return (*OFFERED, STEP_OCCURRENCES)
-    return OFFERED
+        offers = (*offers, STEP_OCCURRENCES)
+    return offers
 
 
 class DispatchUseCases(ServiceBase):
