@@ -68,6 +68,12 @@ class Settings:
     takes the ordinary way everywhere, with the same outcomes."""
     replica_id: str = field(default="")
     max_body_bytes: int = 10 * 1024 * 1024
+    header_timeout: timedelta = timedelta(seconds=10)
+    """How long a request's head may take to arrive; a slower connection is closed."""
+    body_timeout: timedelta = timedelta(seconds=30)
+    """How long reading a request's body may take; a slower one is answered 408."""
+    max_connections: int = 4096
+    """Connections and requests in progress at once; past it the kernel answers 503."""
     sse_keepalive: timedelta = timedelta(seconds=15)
     workers: int = 1
     """Kernel processes sharing the listening socket (PostgreSQL only; `rebuno server`)."""
@@ -229,6 +235,9 @@ _OPTIONS = (
     _Option("step_occurrences", "REBUNO_STEP_OCCURRENCES", _boolean),
     _Option("shortcuts", "REBUNO_SHORTCUTS", _boolean),
     _Option("webhook_allow", "REBUNO_WEBHOOK_ALLOW", _networks),
+    _Option("header_timeout", "REBUNO_HEADER_TIMEOUT", _positive_duration),
+    _Option("body_timeout", "REBUNO_BODY_TIMEOUT", _positive_duration),
+    _Option("max_connections", "REBUNO_MAX_CONNECTIONS", _positive_int),
     _Option("sse_keepalive", "REBUNO_SSE_KEEPALIVE", _positive_duration),
     _Option("workers", "REBUNO_WORKERS", _positive_int),
 )

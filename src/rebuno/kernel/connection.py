@@ -68,10 +68,48 @@ class CoalescedWrites:
 
 
 class CoalescedHttp(_Http):
-    """uvicorn's HTTP/1.1 protocol, writing through `CoalescedWrites`."""
+    """uvicorn's HTTP/1.1 protocol, writing through `CoalescedWrites`, and closing a
+    connection whose request head has not arrived within `header_timeout` seconds of its
+    first byte (or of the connection): a client that trickles its headers in (slowloris)
+    would otherwise hold its connection, and its memory, for ever. uvicorn's own keep-alive
+    timeout covers the quiet gap between two requests."""
+
+    header_timeout: float | None = None
+    _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # uvicorn narrows asyncio's BaseTransport to Transport here too; the flow control
         # super() sets up keeps the transport itself, as pausing is not a write.
         super().connection_made(transport)
         self.transport = cast(asyncio.Transport, CoalescedWrites(transport, self.loop))
+        self._arm_head()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_head()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_head()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head()
+        super().connection_lost(exc)
+
+    def _arm_head(self) -> None:
+        if self.header_timeout is not None and self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_too_slow)
+
+    def _disarm_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        self.transport.abort()
+
+
+def http_protocol(header_timeout: float | None) -> type[CoalescedHttp]:
+    """The protocol class uvicorn runs per connection, with this head timeout."""
+    return type("CoalescedHttp", (CoalescedHttp,), {"header_timeout": header_timeout})

@@ -33,7 +33,7 @@ from rebuno.kernel.config import (
     split_listen_addr,
     webhook_targets,
 )
-from rebuno.kernel.connection import CoalescedHttp
+from rebuno.kernel.connection import http_protocol
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
@@ -158,7 +158,7 @@ async def serve(
         if settings.config_file:
             await provision(kernel, settings.config_file)
         app = HttpMetrics(tracing.asgi(create_app(kernel, settings)))
-        server = uvicorn.Server(_uvicorn_config(app))
+        server = uvicorn.Server(_uvicorn_config(app, settings))
         jobs = _background(kernel, dispatch_loop, bus)
         if stop is not None:
             jobs.append(("stop-watch", _exit_when(stop, server)))
@@ -193,11 +193,11 @@ def _announce(url: str) -> None:
     print(f"rebuno kernel listening on {url}", file=sys.stderr, flush=True)
 
 
-def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
+def _uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         lifespan="off",
-        http=CoalescedHttp,
+        http=http_protocol(settings.header_timeout.total_seconds()),
         # uvicorn rewrites the client address and scheme from X-Forwarded-* on every request
         # from 127.0.0.1; the kernel reads neither (a signature covers the path alone).
         proxy_headers=False,
@@ -206,7 +206,8 @@ def _uvicorn_config(app: ASGIApp) -> uvicorn.Config:
         server_header=False,
         date_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        limit_concurrency=None,
+        # Connections and requests in progress together; past it uvicorn answers 503 at once.
+        limit_concurrency=settings.max_connections,
         backlog=2048,
     )
 

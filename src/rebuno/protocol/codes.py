@@ -19,6 +19,7 @@ class ErrorCode(StrEnum):
     LEASE_SUPERSEDED = "lease_superseded"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     PAYLOAD_TOO_LARGE = "payload_too_large"
+    REQUEST_TIMEOUT = "request_timeout"
     POLICY_DENIED = "policy_denied"
     INTERNAL_ERROR = "internal_error"
 
@@ -33,6 +34,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.LEASE_SUPERSEDED: 409,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.POLICY_DENIED: 403,
     ErrorCode.INTERNAL_ERROR: 500,
 }

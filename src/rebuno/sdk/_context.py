@@ -46,7 +46,7 @@ CARRY_DELAY_SECONDS = 0.02
 # At most this many wait at once (the kernel takes 1,000 per request).
 MAX_CARRIED = 256
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
-"""The kernel's default cap on a request body (`REBUNO_MAX_BODY_BYTES`)."""
+"""The kernel's cap on a request body."""
 MAX_RECORDED_BYTES = MAX_REQUEST_BYTES - 64 * 1024
 """The largest result, arguments or output one request can still carry, with room for the
 rest of its body. Carried outcomes never add up to more than this in one request."""

@@ -187,15 +187,16 @@ class Gate:
 
     def __init__(self, settings: Settings, authenticator: Authenticator) -> None:
         self._limit = settings.max_body_bytes
+        self._timeout = settings.body_timeout.total_seconds()
         self._auth = authenticator
 
     async def client(self, request: Request) -> bytes:
         self._auth.require_bearer(request.headers)
-        return await read_body(request, self._limit)
+        return await read_body(request, self._limit, self._timeout)
 
     async def agent(self, request: Request) -> AgentCaller:
         await self._auth.require_known_agent(request.headers)
-        body = await read_body(request, self._limit)
+        body = await read_body(request, self._limit, self._timeout)
         return AgentCaller(body, await self._auth.require_agent(request, body))
 
     async def client_or_agent(self, request: Request) -> Caller:
@@ -205,4 +206,4 @@ class Gate:
         return Caller(await self.client(request), None)
 
     async def anyone(self, request: Request) -> bytes:
-        return await read_body(request, self._limit)
+        return await read_body(request, self._limit, self._timeout)

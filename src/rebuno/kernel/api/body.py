@@ -8,13 +8,14 @@ Must not import a store backend or the dispatcher.
 
 from __future__ import annotations
 
+import asyncio
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 
 from rebuno.kernel.domain.decision import Carried, StepOutcome, StepRecord, StepRequest
-from rebuno.kernel.domain.errors import PayloadTooLarge, ValidationFailed
+from rebuno.kernel.domain.errors import PayloadTooLarge, RequestTimeout, ValidationFailed
 from rebuno.kernel.domain.records import RawJson
 from rebuno.protocol.canonical import JsonNumber, args_hash, dumps, loads
 from rebuno.protocol.enums import Idempotency, StepKind
@@ -27,18 +28,24 @@ NO_RESOURCES = "this kernel has no resource support"
 _RECORDED_KINDS = frozenset({StepKind.TOOL_CALL, StepKind.LOCAL})
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, or `PayloadTooLarge` as soon as it is known to exceed `limit` bytes."""
+async def read_body(request: Request, limit: int, within: float | None = None) -> bytes:
+    """The whole body, or `PayloadTooLarge` as soon as it is known to exceed `limit` bytes,
+    or `RequestTimeout` when it has not all arrived `within` seconds (a client that
+    trickles a body in would otherwise hold the request, and what it sent, for ever)."""
     declared = request.headers.get("content-length", "").strip()
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(within):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(f"request body not received within {within:g} s") from None
     return b"".join(chunks)
 
 

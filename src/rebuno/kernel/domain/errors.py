@@ -60,6 +60,10 @@ class PayloadTooLarge(KernelError):
     code = ErrorCode.PAYLOAD_TOO_LARGE
 
 
+class RequestTimeout(KernelError):
+    code = ErrorCode.REQUEST_TIMEOUT
+
+
 class Unavailable(KernelError):
     """The store cannot be reached; rendered as a 500 but retried by background loops."""
 
