@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import replace
 from typing import Any
@@ -11,6 +12,8 @@ import httpx
 import pytest
 from starlette.types import ASGIApp
 
+from rebuno.kernel.api.body import OFF_LOOP_BYTES
+from rebuno.kernel.api.routes import executions as executions_routes
 from rebuno.kernel.domain.records import Execution
 from rebuno.protocol.signing import sign_request
 from tests.api.harness import AGENT, TOKEN, AgentClient, assert_error
@@ -367,3 +370,25 @@ async def test_a_client_that_leaves_mid_body_is_no_error(
 
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert any("client disconnected" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_large_body_is_parsed_off_the_event_loop(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+    parse = executions_routes.parse_object
+
+    def recording(raw: bytes) -> Any:
+        threads.append(threading.get_ident())
+        return parse(raw)
+
+    monkeypatch.setattr(executions_routes, "parse_object", recording)
+    small = {"agent_id": AGENT, "input": {"text": "x"}}
+    large = {"agent_id": AGENT, "input": {"text": "x" * OFF_LOOP_BYTES}}
+
+    for body in (small, large):
+        assert (await client.post("/v0/executions", json=body)).status_code == 201
+
+    loop_thread = threading.get_ident()
+    assert threads[0] == loop_thread  # a small body is parsed in place
+    assert threads[1] != loop_thread  # a large one on a worker thread

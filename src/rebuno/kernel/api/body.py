@@ -9,6 +9,7 @@ Must not import a store backend or the dispatcher.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ from rebuno.protocol.enums import Idempotency, StepKind
 
 JsonObject = dict[str, Any]
 E = TypeVar("E", bound=StrEnum)
+T = TypeVar("T")
 NO_RESOURCES = "this kernel has no resource support"
 # A step reported after it ran (`step-records`) never needed a decision: only these kinds and
 # only a step that may run again can be reported that way.
@@ -47,6 +49,19 @@ async def read_body(request: Request, limit: int, within: float | None = None) -
     except TimeoutError:
         raise RequestTimeout(f"request body not received within {within:g} s") from None
     return b"".join(chunks)
+
+
+OFF_LOOP_BYTES = 256 * 1024
+"""A request body at least this large is parsed and canonicalised on a worker thread: for a
+body of megabytes that is seconds of Python work, during which the event loop would answer
+nothing else (health, heartbeats, deliveries)."""
+
+
+async def off_loop(body: bytes, read: Callable[[bytes], T]) -> T:
+    """`read(body)`, on a worker thread when the body is large (`OFF_LOOP_BYTES`)."""
+    if len(body) < OFF_LOOP_BYTES:
+        return read(body)
+    return await asyncio.to_thread(read, body)
 
 
 def _too_large(limit: int) -> PayloadTooLarge:

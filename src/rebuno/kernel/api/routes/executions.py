@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
+    off_loop,
     parse_object,
     raw_field,
     reject_present,
@@ -28,7 +29,9 @@ from rebuno.kernel.api.schemas import (
     render_execution,
     render_execution_page,
 )
+from rebuno.kernel.domain.decision import Carried
 from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.domain.records import RawJson
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter
 from rebuno.protocol.enums import ExecutionStatus
@@ -45,6 +48,21 @@ CREATE_EXTENSIONS = (
 )
 LIST_LIMIT = (50, 200)
 EVENTS_LIMIT = (100, 1000)
+
+
+def _create_fields(raw: bytes) -> tuple[str, RawJson, str | None]:
+    body = parse_object(raw)
+    reject_present(body, CREATE_EXTENSIONS, "this kernel has no sessions or sub-executions")
+    return (
+        text_field(body, "agent_id", required=True),
+        raw_field(body, "input") or "null",
+        text_field(body, "agent_version") or None,
+    )
+
+
+def _completion_fields(raw: bytes) -> tuple[RawJson, tuple[Carried, ...]]:
+    body = parse_object(raw)
+    return required_raw(body, "output"), step_outcomes(body)
 
 
 def execution_id(request: Request) -> str:
@@ -80,13 +98,10 @@ class ExecutionRoutes:
         ]
 
     async def create(self, request: Request) -> Response:
-        body = parse_object(await self._gate.client(request))
-        reject_present(body, CREATE_EXTENSIONS, "this kernel has no sessions or sub-executions")
-        execution = await self._kernel.create_execution(
-            text_field(body, "agent_id", required=True),
-            raw_field(body, "input") or "null",
-            text_field(body, "agent_version") or None,
+        agent_id, input, agent_version = await off_loop(
+            await self._gate.client(request), _create_fields
         )
+        execution = await self._kernel.create_execution(agent_id, input, agent_version)
         return json_response(render_execution(execution), 201)
 
     async def list(self, request: Request) -> Response:
@@ -149,13 +164,10 @@ class ExecutionRoutes:
     async def complete(self, request: Request) -> Response:
         caller = await self._gate.agent(request)
         target = execution_id(request)
-        body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
         # `state` (§21.3) is accepted; with no `previous` support there is nowhere to keep it.
-        output = required_raw(body, "output")
-        await self._kernel.complete_execution(
-            target, caller.agent_id, lease, output, step_outcomes(body)
-        )
+        output, outcomes = await off_loop(caller.body, _completion_fields)
+        await self._kernel.complete_execution(target, caller.agent_id, lease, output, outcomes)
         return no_content()
 
     async def fail(self, request: Request) -> Response:

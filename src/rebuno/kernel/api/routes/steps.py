@@ -16,7 +16,9 @@ from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
     NO_RESOURCES,
+    JsonObject,
     occurrence_field,
+    off_loop,
     parse_object,
     reject_present,
     required_raw,
@@ -26,7 +28,7 @@ from rebuno.kernel.api.body import (
 from rebuno.kernel.api.routes.executions import execution_id
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, render_decision, render_step
-from rebuno.kernel.domain.decision import StepDecision
+from rebuno.kernel.domain.decision import Carried, StepDecision, StepRequest
 from rebuno.kernel.domain.records import Lease, RawJson
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.enums import StepStatus
@@ -41,6 +43,17 @@ RecordOutcome = Callable[[str, str, str, Lease, RawJson], Awaitable[StepDecision
 CAPTURE_FIELDS = ("captures", "capture_failures")
 TERMINAL = "terminal"
 STEP_STATUSES = frozenset(status.value for status in StepStatus)
+
+
+def _submission_fields(raw: bytes) -> tuple[JsonObject, StepRequest, tuple[Carried, ...]]:
+    body = parse_object(raw)
+    return body, step_request(body), step_outcomes(body)
+
+
+def _outcome_field(raw: bytes, field: str) -> RawJson:
+    body = parse_object(raw)
+    reject_present(body, CAPTURE_FIELDS, NO_RESOURCES)
+    return required_raw(body, field)
 
 
 def step_filter(text: str) -> str | None:
@@ -81,13 +94,13 @@ class StepRoutes:
     async def submit(self, request: Request) -> Response:
         caller = await self._gate.agent(request)
         target = execution_id(request)
-        body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
+        body, step, outcomes = await off_loop(caller.body, _submission_fields)
         occurrence = None
         if asks_for(request.headers, STEP_OCCURRENCES):
             occurrence = occurrence_field(body)
         decision = await self._kernel.submit_step(
-            target, caller.agent_id, lease, step_request(body), step_outcomes(body), occurrence
+            target, caller.agent_id, lease, step, outcomes, occurrence
         )
         response = json_response(render_decision(decision))
         if decision.policy_free and asks_for(request.headers, STEP_RECORDS):
@@ -105,10 +118,8 @@ class StepRoutes:
         """Complete and fail read the same headers and one JSON member (`result`/`error`)."""
         caller = await self._gate.agent(request)
         target = execution_id(request)
-        body = parse_object(caller.body)
         lease = params.required_lease(request.headers)
-        reject_present(body, CAPTURE_FIELDS, NO_RESOURCES)
-        outcome = required_raw(body, field)
+        outcome = await off_loop(caller.body, lambda raw: _outcome_field(raw, field))
         step_id = params.step_id(request.path_params["step_id"])
         decision = await record(target, caller.agent_id, step_id, lease, outcome)
         return json_response(render_decision(decision))
