@@ -376,13 +376,13 @@ async def test_a_large_body_is_parsed_off_the_event_loop(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[int] = []
-    parse = executions_routes.parse_object
+    parse = executions_routes._create_fields
 
     def recording(raw: bytes) -> Any:
         threads.append(threading.get_ident())
         return parse(raw)
 
-    monkeypatch.setattr(executions_routes, "parse_object", recording)
+    monkeypatch.setattr(executions_routes, "_create_fields", recording)
     small = {"agent_id": AGENT, "input": {"text": "x"}}
     large = {"agent_id": AGENT, "input": {"text": "x" * OFF_LOOP_BYTES}}
 
