@@ -22,6 +22,7 @@ from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.signing import verify_body
+from tests.e2e.processes import free_port
 from tests.kernel.conftest import AGENT, settings
 from tests.sdk.loopback import serving
 from tests.support import asgi_body, asgi_lifespan, wait_until
@@ -129,6 +130,12 @@ async def test_failed_deliveries_retry_then_exhaust(
     failed = await live_kernel.get_execution(execution.id)
     assert failed.failure_reason == "dispatch_exhausted"
     assert [d["dispatch_attempt"] for d in agent.deliveries] == [1, 2, 3]
+    failures = [
+        json.loads(e.payload)
+        for e in await live_kernel.list_events(execution.id, 0, 1000)
+        if e.type == "dispatch.failed"
+    ]
+    assert [f["reason"] for f in failures] == ["agent answered 503"] * 3  # the log says why
     types = await event_types(live_kernel, execution.id)
     # The agent was never reached: pending -> failed, without `execution.started` (§10.1).
     assert types == [
@@ -174,6 +181,26 @@ async def test_claims_never_exceed_idle_workers(live_kernel: Kernel, agent: Webh
 
 async def _status(kernel: Kernel, execution_id: str, status: ExecutionStatus) -> bool:
     return (await kernel.get_execution(execution_id)).status is status
+
+
+async def test_a_refused_connection_is_named_in_the_failed_delivery(store: Store) -> None:
+    kernel = Kernel(store, settings(dispatch_max_attempts=1), bus=MemoryBus())
+    port = free_port()  # nobody listens there
+    await kernel.register_agent(AGENT, f"http://127.0.0.1:{port}/webhook", SECRET, None, None)
+    execution = await kernel.create_execution(AGENT, "null", None)
+    deliverer = HttpDeliverer(timeout_seconds=5)
+    try:
+        [claimed] = await kernel.claim(10)
+        await kernel.deliver(claimed, deliverer)
+    finally:
+        await deliverer.close()
+
+    [failed] = [
+        json.loads(e.payload)
+        for e in await kernel.list_events(execution.id, 0, 100)
+        if e.type == "dispatch.failed"
+    ]
+    assert f"cannot connect to 127.0.0.1:{port}" in failed["reason"]
 
 
 async def test_a_name_that_resolves_to_a_refused_address_is_never_connected_to(

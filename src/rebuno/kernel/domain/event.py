@@ -79,7 +79,10 @@ class EventBatch:
         fields["usage"] = usage
         self.add(event_type, fields)
 
-    def dispatch(self, event_type: EventType, dispatch: Dispatch, status: str) -> None:
+    def dispatch(
+        self, event_type: EventType, dispatch: Dispatch, status: str, reason: str | None = None
+    ) -> None:
+        """`reason`: why a delivery failed (the agent's status, refused, timed out, ...)."""
         self.add(
             event_type,
             {
@@ -87,6 +90,7 @@ class EventBatch:
                 "execution_id": dispatch.execution_id,
                 "status": status,
                 "attempt": dispatch.attempt,
+                "reason": reason,
             },
         )
 

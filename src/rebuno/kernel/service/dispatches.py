@@ -61,6 +61,10 @@ def offered(
     return offers
 
 
+MAX_FAILURE_REASON = 500
+"""Characters of a delivery failure's reason kept in its event."""
+
+
 class DispatchUseCases(ServiceBase):
     async def claim(self, limit: int) -> list[ClaimedDispatch]:
         return metrics.claimed(
@@ -135,7 +139,7 @@ class DispatchUseCases(ServiceBase):
                 dispatch.attempt,
                 outcome.detail,
             )
-            await self._record_failure(dispatch)
+            await self._record_failure(dispatch, outcome.detail)
 
     async def _record_ack(self, claimed: ClaimedDispatch) -> None:
         """Tried first on the record the claim read, in one optimistic statement; when the
@@ -157,14 +161,20 @@ class DispatchUseCases(ServiceBase):
         if execution.status is ExecutionStatus.PENDING:
             self.shortcuts.acknowledged_first(lease, acked)
 
-    async def _record_failure(self, dispatch: Dispatch) -> None:
+    async def _record_failure(self, dispatch: Dispatch, reason: str) -> None:
+        """`reason` goes into the `dispatch.failed` event (bounded), so the log says why."""
         async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
                 return
             now = self.clock()
             batch = EventBatch(execution, now)
-            batch.dispatch(EventType.DISPATCH_FAILED, dispatch, DispatchStatus.FAILED.value)
+            batch.dispatch(
+                EventType.DISPATCH_FAILED,
+                dispatch,
+                DispatchStatus.FAILED.value,
+                reason=reason[:MAX_FAILURE_REASON] or "delivery failed",
+            )
             await flush(tx, execution, batch)
             execution = replace(execution, last_event_seq=batch.last_seq)
             if not await _still_owns(tx, dispatch):
