@@ -159,10 +159,11 @@ class KernelClient:
         self,
         execution_id: str,
         lease: Lease,
-        output: Any,
+        output: bytes,
         completions: list[Carried] | None = None,
     ) -> None:
-        body = _body({"output": output}, completions=_encoded(completions))
+        """`output` is encoded already (`encode_json`), as the caller checked its size."""
+        body = _body({}, output=output, completions=_encoded(completions))
         path = f"/v0/executions/{segment(execution_id)}/complete"
         await self._send("POST", path, body, lease)
 

@@ -344,7 +344,7 @@ class Agent:
         carried = context.take_completions()
         try:
             if error is None:
-                await self._kernel.complete_execution(context.id, context.lease, output, carried)
+                await self._kernel.complete_execution(context.id, context.lease, encoded, carried)
             else:
                 reason = failure_reason(signal or error)
                 logger.warning("execution_id=%s failed: %s", context.id, reason, exc_info=error)

@@ -17,9 +17,8 @@ import uuid_utils
 
 from rebuno.kernel import metrics
 from rebuno.kernel.config import Settings
-from rebuno.kernel.domain.errors import LeaseSuperseded, lease_superseded
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Dispatch, Execution, Lease
+from rebuno.kernel.domain.records import Dispatch, Execution
 from rebuno.kernel.policy.loader import BundleCache
 from rebuno.kernel.service.shortcuts import Shortcuts
 from rebuno.kernel.store.base import Store, Transaction, Unchanged
@@ -137,7 +136,3 @@ async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> Non
     await tx.append_events(batch.events)
     metrics.record_events(batch.events)
     await tx.update_execution(replace(execution, last_event_seq=batch.last_seq))
-
-
-def superseded(execution_id: str, lease: Lease) -> LeaseSuperseded:
-    return lease_superseded(execution_id, lease)

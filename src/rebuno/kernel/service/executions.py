@@ -14,11 +14,11 @@ from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import Carried, StepRecord
-from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
+from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound, lease_superseded
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, mark_started, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
-from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id, superseded
+from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
     ExecutionFilter,
@@ -161,7 +161,7 @@ class ExecutionUseCases(ServiceBase):
             execution = locked.execution
             check_owner(execution, agent_id)
             if not locked.lease_live:
-                raise superseded(execution_id, lease)
+                raise lease_superseded(execution_id, lease)
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
             recorded = locked.outcomes
@@ -225,7 +225,7 @@ class ExecutionUseCases(ServiceBase):
             if execution.status.is_terminal:
                 raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
             if not locked.lease_live:
-                raise superseded(execution_id, lease)
+                raise lease_superseded(execution_id, lease)
             done = await finish_execution(
                 tx,
                 execution,

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
@@ -23,7 +24,13 @@ from rebuno.kernel.domain.decision import (
     StepRequest,
 )
 from rebuno.kernel.domain.dispatch import owns
-from rebuno.kernel.domain.errors import Conflict, KernelError, NotFound, ValidationFailed
+from rebuno.kernel.domain.errors import (
+    Conflict,
+    KernelError,
+    NotFound,
+    ValidationFailed,
+    lease_superseded,
+)
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, mark_started
 from rebuno.kernel.domain.identity import step_id as compute_step_id
@@ -31,7 +38,7 @@ from rebuno.kernel.domain.ratelimit import park_wait
 from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
 from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
-from rebuno.kernel.service.base import ServiceBase, flush, log, new_id, superseded
+from rebuno.kernel.service.base import ServiceBase, flush, log, new_id
 from rebuno.kernel.service.plan import (
     NO_FACTS,
     Facts,
@@ -67,7 +74,6 @@ from rebuno.protocol.enums import (
 from rebuno.protocol.events import EventType
 
 # Recorded outcomes a submission replays; no later write changes them.
-_REPLAYED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED})
 _SHORTEST_OWN_LEASE = timedelta(seconds=10)
 
 
@@ -126,8 +132,9 @@ class StepUseCases(ServiceBase):
             return replace(plan.decision, policy_free=True)
         return plan.decision
 
-    @property
+    @cached_property
     def rules(self) -> Rules:
+        """Built once: the settings never change."""
         return Rules(approval_timeout=self.settings.approval_timeout, new_id=new_id)
 
     async def _replay_unlocked(
@@ -230,7 +237,7 @@ class StepUseCases(ServiceBase):
                 return StepDecision(Decision.EXECUTION_TERMINAL)
             # The weak check (§9): the attempt must not have moved; its status may have.
             if loaded.dispatch is None or loaded.dispatch.attempt != lease.attempt:
-                raise superseded(execution_id, lease)
+                raise lease_superseded(execution_id, lease)
             if step.status.is_terminal:
                 if result is not None:
                     return StepDecision(Decision.REPLAY, result=step.result or "null")
@@ -265,7 +272,7 @@ class StepUseCases(ServiceBase):
         if lease is not None and (
             loaded.dispatch is None or loaded.dispatch.attempt != lease.attempt
         ):
-            raise superseded(execution_id, lease)
+            raise lease_superseded(execution_id, lease)
         if step.status is not StepStatus.EXECUTING:
             raise Conflict(f"step {step_id} is {step.status}, not executing")
         self.bus.publish(execution_id, Delta(step_id=step_id, seq=seq, data=data))
