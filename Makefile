@@ -1,6 +1,6 @@
 # The two quick-start commands, and the rest of the workflow. Each target runs a script in
 # scripts/, so developers and CI do exactly the same thing.
-.PHONY: dev test check bench install
+.PHONY: dev test check bench chaos install
 
 install:
 	@scripts/install
@@ -18,3 +18,6 @@ check: install
 
 bench: install
 	@scripts/bench
+
+chaos: install
+	@scripts/chaos
