@@ -1,11 +1,12 @@
 """Rebuno: durable execution for AI agents. These are the SDK's public names.
 
-Write an agent with `Agent`, `tool`, `wrap_tool`, `step` and `http_client`; drive executions
-with `Client`. `rebuno.types` holds the models, `rebuno.mcp` the MCP tool wrappers.
+Write an agent with `Agent`, `tool`, `wrap_tool`, `step` and `http_client` (a handler may
+return a `Result` with the `state` the next execution reads through `previous`); drive
+executions with `Client`. `rebuno.types` holds the models, `rebuno.mcp` the MCP tool wrappers.
 """
 
 from rebuno import types
-from rebuno.sdk._context import execution
+from rebuno.sdk._context import Result, execution, previous
 from rebuno.sdk.agent import Agent
 from rebuno.sdk.client import Client
 from rebuno.sdk.errors import (
@@ -44,6 +45,7 @@ __all__ = [
     "RateLimited",
     "RebunoError",
     "RebunoTransport",
+    "Result",
     "Terminated",
     "ToolError",
     "UnauthorizedError",
@@ -51,6 +53,7 @@ __all__ = [
     "execution",
     "failure_reason",
     "http_client",
+    "previous",
     "raise_for_refusal",
     "step",
     "tool",

@@ -36,6 +36,13 @@ class _Model(BaseModel):
         return data
 
 
+class SpawnedBy(_Model):
+    """The step of another execution that started this one as its sub-agent."""
+
+    execution_id: str
+    step_id: str
+
+
 class Execution(_Model):
     """One run of one agent on one input.
 
@@ -52,6 +59,14 @@ class Execution(_Model):
     agent_version: str = ""
     created_at: str = ""
     updated_at: str = ""
+    deadline_at: str = ""
+    idempotency_key: str = ""
+    parent_execution_id: str = ""
+    created_by: str = ""
+    on_behalf_of: str = ""
+    subject_groups: list[str] = []
+    session: str = ""
+    spawned_by: SpawnedBy | None = None
 
 
 class ExecutionPage(_Model):

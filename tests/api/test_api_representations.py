@@ -28,7 +28,18 @@ async def test_new_execution_shows_only_the_fields_it_has(client: httpx.AsyncCli
     body = response.json()
     assert response.status_code == 201
     assert response.headers["content-type"] == JSON_TYPE
-    assert set(body) == {"id", "agent_id", "input", "status", "created_at", "updated_at"}
+    assert set(body) == {
+        "id",
+        "agent_id",
+        "input",
+        "status",
+        "created_at",
+        "updated_at",
+        "created_by",
+        "subject_groups",
+    }
+    assert body["created_by"] == "bootstrap"  # the holder of the configured token
+    assert body["subject_groups"] == []
     assert body["input"] is None
     assert body["status"] == "pending"
     assert TIMESTAMP.fullmatch(body["created_at"])

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, assert_never
 
@@ -105,6 +106,12 @@ class ExecutionContext:
         self._carried_bytes = 0
         self._carry_flush: asyncio.TimerHandle | None = None
         self._carried_at = 0.0
+
+    async def previous(self) -> Any:
+        """What this execution continues from: the `state` the execution before it in its
+        conversation completed with (`Result`), else that execution's output; None when
+        there is none."""
+        return await self._on_owner_loop(self._kernel.previous_state(self.id))
 
     @property
     def lease(self) -> Lease:
@@ -456,6 +463,26 @@ def execution() -> ExecutionContext:
     if context is None:
         raise RuntimeError("no active rebuno execution: call this inside an agent handler")
     return context
+
+
+async def previous() -> Any:
+    """`execution().previous()`: what the current execution continues from.
+
+    Example:
+        async def chat(message: str) -> rebuno.Result:
+            turns = (await rebuno.previous() or {}).get("turns", 0) + 1
+            return rebuno.Result(output={"reply": message}, state={"turns": turns})
+    """
+    return await execution().previous()
+
+
+@dataclass
+class Result:
+    """A handler's outcome with the `state` the next execution of its conversation reads
+    through `previous()`; a handler returning anything else completes with that as output."""
+
+    output: Any = None
+    state: Any = None
 
 
 def current() -> ExecutionContext | None:

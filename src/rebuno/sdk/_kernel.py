@@ -95,6 +95,11 @@ class KernelClient:
         response = await self._send("GET", f"/v0/executions/{segment(execution_id)}")
         return Execution.model_validate_json(response.body)
 
+    async def previous_state(self, execution_id: str) -> Any:
+        """What the execution continues from (docs/protocol.md §24.5), JSON-decoded."""
+        response = await self._send("GET", f"/v0/executions/{segment(execution_id)}/previous")
+        return json.loads(response.body).get("state")
+
     async def submit_step(
         self,
         execution_id: str,
@@ -161,9 +166,11 @@ class KernelClient:
         lease: Lease,
         output: bytes,
         completions: list[Carried] | None = None,
+        state: bytes | None = None,
     ) -> None:
-        """`output` is encoded already (`encode_json`), as the caller checked its size."""
-        body = _body({}, output=output, completions=_encoded(completions))
+        """`output` (and `state`, kept for the executions that continue this one) are encoded
+        already (`encode_json`), as the caller checked their sizes."""
+        body = _body({}, output=output, state=state, completions=_encoded(completions))
         path = f"/v0/executions/{segment(execution_id)}/complete"
         await self._send("POST", path, body, lease)
 

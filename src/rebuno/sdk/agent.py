@@ -32,7 +32,7 @@ from rebuno.protocol.extensions import (
     STEP_OCCURRENCES,
     STEP_RECORDS,
 )
-from rebuno.sdk._context import ExecutionContext, PayloadTooLarge, check_size, jsonable
+from rebuno.sdk._context import ExecutionContext, PayloadTooLarge, Result, check_size, jsonable
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._instance import Instance, configured_name
 from rebuno.sdk._kernel import KernelClient, encode_json
@@ -313,6 +313,8 @@ class Agent:
             result = self._handler(**kwargs)
             if inspect.isawaitable(result):
                 result = await result
+            if isinstance(result, Result):
+                return Result(jsonable(result.output), jsonable(result.state)), None
             return jsonable(result), None
         except Exception as exc:
             return None, exc
@@ -333,18 +335,26 @@ class Agent:
         if isinstance(signal, _QUIET) or isinstance(error, _QUIET):
             await context.flush_completions()
             return
+        state: bytes | None = None
         if error is None:
+            if isinstance(output, Result):
+                output, state = output.output, _state(output.state)
             encoded = encode_json(output)
             try:
                 check_size("output", encoded)
+                if state is not None:
+                    check_size("state", state)
             except PayloadTooLarge as exc:
                 error = exc  # the execution fails: no redelivery could ever complete it
-            if error is None and not context.fits_beside(len(encoded)):
+            size = len(encoded) + len(state or b"")
+            if error is None and not context.fits_beside(size):
                 await context.flush_completions()  # they would not fit beside the output
         carried = context.take_completions()
         try:
             if error is None:
-                await self._kernel.complete_execution(context.id, context.lease, encoded, carried)
+                await self._kernel.complete_execution(
+                    context.id, context.lease, encoded, carried, state
+                )
             else:
                 reason = failure_reason(signal or error)
                 logger.warning("execution_id=%s failed: %s", context.id, reason, exc_info=error)
@@ -353,6 +363,11 @@ class Agent:
             return
         except RebunoError as exc:
             logger.warning("could not finish execution_id=%s: %s", context.id, exc)
+
+
+def _state(value: Any) -> bytes | None:
+    """A `Result`'s state as sent: None (no state) is left out."""
+    return None if value is None else encode_json(value)
 
 
 class _App:

@@ -23,7 +23,7 @@ import httpx
 from rebuno._http import Pool, Response
 from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.sdk.errors import NetworkError, error_from_envelope
-from rebuno.types import Approval, Event, Execution, ExecutionPage, Step, StreamDelta
+from rebuno.types import Approval, Event, Execution, ExecutionPage, SpawnedBy, Step, StreamDelta
 
 _WAIT_FIRST_DELAY = 0.05
 _WAIT_MAX_DELAY = 1.0
@@ -83,11 +83,40 @@ class Client:
     async def __aexit__(self, *args: Any) -> None:
         await self.close()
 
-    async def create(self, agent_id: str, input: Any = None) -> Execution:
-        """Create an execution of `agent_id` on `input`; the kernel dispatches the agent."""
+    async def create(
+        self,
+        agent_id: str,
+        input: Any = None,
+        *,
+        session: str = "",
+        parent_execution_id: str = "",
+        idempotency_key: str = "",
+        spawned_by: SpawnedBy | None = None,
+        on_behalf_of: str = "",
+    ) -> Execution:
+        """Create an execution of `agent_id` on `input`; the kernel dispatches the agent.
+
+        Args:
+            parent_execution_id: A completed execution of the same agent this one continues:
+                its `previous()` reads that one's state.
+            idempotency_key: Creates under a key the agent used before answer that execution
+                (as it is now) instead of making another.
+            on_behalf_of: The end user the caller acts for, recorded as given.
+            session, spawned_by: Conversations and sub-agents; a kernel without them refuses.
+        """
         body: dict[str, Any] = {"agent_id": agent_id}
         if input is not None:
             body["input"] = input
+        for name, value in (
+            ("session", session),
+            ("parent_execution_id", parent_execution_id),
+            ("idempotency_key", idempotency_key),
+            ("on_behalf_of", on_behalf_of),
+        ):
+            if value:
+                body[name] = value
+        if spawned_by is not None:
+            body["spawned_by"] = spawned_by.model_dump()
         response = await self._request("POST", "/v0/executions", json=body)
         return Execution.model_validate_json(response.body)
 

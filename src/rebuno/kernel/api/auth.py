@@ -71,6 +71,11 @@ class Authenticator:
         if not hmac.compare_digest(received, self._expected):
             raise Unauthorized("unauthorized: missing or invalid bearer token")
 
+    def principal(self) -> str:
+        """Who a bearer request that passed `require_bearer` is (§27.2): the holder of the
+        configured token in server mode, anyone in dev mode."""
+        return ANONYMOUS if self._dev else BOOTSTRAP
+
     async def require_known_agent(self, headers: Headers) -> str:
         """The secret of the agent the headers name, checked before any body is read: a
         request naming no agent, or an unknown one, is refused without reading it."""
@@ -181,6 +186,10 @@ class AgentCaller:
     agent_id: str
 
 
+ANONYMOUS = "anonymous"
+BOOTSTRAP = "bootstrap"
+
+
 class Gate:
     """The entry of every route: the credentials that need no body first (a bearer token;
     a known agent id), then the body under its cap, then the signature over it."""
@@ -193,6 +202,11 @@ class Gate:
     async def client(self, request: Request) -> bytes:
         self._auth.require_bearer(request.headers)
         return await read_body(request, self._limit, self._timeout)
+
+    async def principal(self, request: Request) -> tuple[bytes, str]:
+        """`client`, and who the caller is (§27.2)."""
+        body = await self.client(request)
+        return body, self._auth.principal()
 
     async def agent(self, request: Request) -> AgentCaller:
         await self._auth.require_known_agent(request.headers)

@@ -124,6 +124,24 @@ def text_field(body: JsonObject, key: str, *, required: bool = False) -> str:
     return str(value)
 
 
+MAX_LABEL_BYTES = 256
+
+
+def label_field(body: JsonObject, key: str) -> str | None:
+    """§23.1: a label is a string of at most 256 UTF-8 bytes, with no NUL and not only
+    whitespace, kept exactly as sent; absent, null or `""` is none (None)."""
+    value = text_field(body, key)
+    if not value:
+        return None
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_LABEL_BYTES:
+        raise ValidationFailed(
+            f"validation error: {key} is longer than {MAX_LABEL_BYTES} bytes of UTF-8"
+        )
+    if not value.strip():
+        raise ValidationFailed(f"validation error: {key} must not be blank")
+    return value
+
+
 def required_raw(body: JsonObject, key: str) -> RawJson:
     """A member that must be present (of any JSON type, `null` included), as canonical text:
     an end or an outcome without its member is refused rather than read as `null`."""

@@ -55,6 +55,12 @@ def render_execution(execution: Execution) -> dict[str, Any]:
     body["updated_at"] = format_timestamp(execution.updated_at)
     if execution.deadline_at is not None:
         body["deadline_at"] = format_timestamp(execution.deadline_at)
+    # §28.1: omitted when none, never null.
+    _set(body, "idempotency_key", execution.idempotency_key)
+    _set(body, "parent_execution_id", execution.parent_execution_id)
+    body["created_by"] = execution.created_by
+    _set(body, "on_behalf_of", execution.on_behalf_of)
+    body["subject_groups"] = []
     return body
 
 

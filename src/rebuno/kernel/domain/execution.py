@@ -68,5 +68,8 @@ def mark_started(execution: Execution, batch: EventBatch) -> Execution:
     if execution.status is not ExecutionStatus.PENDING:
         return execution
     started = transition(execution, ExecutionStatus.RUNNING, batch.now)
-    batch.execution(EventType.EXECUTION_STARTED, started)
+    # §24.7: the execution it continues, when it has one.
+    batch.execution(
+        EventType.EXECUTION_STARTED, started, parent_execution_id=started.parent_execution_id
+    )
     return started

@@ -47,6 +47,12 @@ class Execution:
     deadline_at: datetime | None
     last_event_seq: int
     """Highest `event_seq` written; the next event of this execution gets this + 1."""
+    # Its origin (§27): fixed at create, never written again.
+    idempotency_key: str | None = None
+    parent_execution_id: str | None = None
+    created_by: str = "unknown"
+    """The principal of the create request; rows older than the field read `unknown`."""
+    on_behalf_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,8 @@ class Approval:
     decided_at: datetime | None
     rationale: str | None
     created_at: datetime
+    asserted_by: str | None = None
+    """The principal of the grant or deny request (§27.2), beside the `decided_by` it named."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import Carried, StepRecord
-from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound, lease_superseded
+from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, NotFound, lease_superseded
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, mark_started, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
@@ -33,17 +33,70 @@ from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
 
 T = TypeVar("T")
+ANONYMOUS = "anonymous"
 CLIENT_CANCELLED = "client_cancelled"
 REPLICA_POLL_SECONDS = 0.25
 DEADLINE_EXCEEDED = "deadline_exceeded"
 DISPATCH_EXHAUSTED = "dispatch_exhausted"
 
 
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a new execution comes from (§27): the labels its creator gave and who that is."""
+
+    created_by: str = ANONYMOUS
+    idempotency_key: str | None = None
+    parent_execution_id: str | None = None
+    on_behalf_of: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    execution: Execution
+    repeat: bool
+    """An earlier create under the same idempotency key made it; nothing was written now."""
+
+
 class ExecutionUseCases(ServiceBase):
     async def create_execution(
-        self, agent_id: str, input: RawJson, agent_version: str | None
+        self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin = Origin()
+    ) -> Execution:
+        """`create`'s execution, whether this call made it or an earlier one."""
+        return (await self.create(agent_id, input, agent_version, origin)).execution
+
+    async def create(
+        self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin = Origin()
+    ) -> Created:
+        """§5.1, with §27.1: a create under an idempotency key the agent used before answers
+        that execution as it is now, whatever else the request says; of racing creates under
+        one key, the unique index lets one insert and the others answer it."""
+        key = origin.idempotency_key
+        if key is not None:
+            earlier = await self.store.find_execution(agent_id, key)
+            if earlier is not None:
+                return Created(earlier, repeat=True)
+        try:
+            execution = await self._insert_execution(agent_id, input, agent_version, origin)
+        except Conflict:
+            if key is None:
+                raise
+            # Read in a transaction: the winner may be committing in the same group as this
+            # attempt (the embedded store), and a transaction sees it, then waits for it.
+            async with self.transaction() as tx:
+                earlier = await tx.find_execution(agent_id, key)
+            if earlier is None:
+                raise
+            return Created(earlier, repeat=True)
+        self.shortcuts.created(execution.id)
+        self.wake()
+        return Created(execution, repeat=False)
+
+    async def _insert_execution(
+        self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin
     ) -> Execution:
         async with self.transaction() as tx:
+            if origin.parent_execution_id is not None:
+                await _check_parent(tx, agent_id, origin.parent_execution_id)
             now = self.clock()
             deadline = self.settings.deadline_timeout
             execution = Execution(
@@ -58,17 +111,37 @@ class ExecutionUseCases(ServiceBase):
                 updated_at=now,
                 deadline_at=now + deadline if deadline else None,
                 last_event_seq=0,
+                idempotency_key=origin.idempotency_key,
+                parent_execution_id=origin.parent_execution_id,
+                created_by=origin.created_by,
+                on_behalf_of=origin.on_behalf_of,
             )
             batch = EventBatch(execution, now)
             batch.execution(
-                EventType.EXECUTION_CREATED, execution, deadline_at=_deadline(execution)
+                EventType.EXECUTION_CREATED,
+                execution,
+                deadline_at=_deadline(execution),
+                created_by=execution.created_by,
+                on_behalf_of=execution.on_behalf_of,
             )
             await tx.insert_execution(execution)
             await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
             await flush(tx, execution, batch)
-        self.shortcuts.created(execution.id)
-        self.wake()
         return replace(execution, last_event_seq=batch.last_seq)
+
+    async def previous_state(self, execution_id: str, agent_id: str | None = None) -> RawJson:
+        """§24.5: what the execution continues from: its parent's stored `state`, else the
+        parent's output (`null` when it had none), else `null` when it has no parent. A
+        parent whose row is gone answers `NotFound`, loud rather than an empty conversation."""
+        execution = await self.store.get_execution(execution_id)
+        check_owner(execution, agent_id)
+        parent_id = execution.parent_execution_id
+        if parent_id is None:
+            return "null"
+        state = await self.store.get_state(parent_id)
+        if state is not None:
+            return state
+        return (await self.store.get_execution(parent_id)).output or "null"
 
     async def get_execution(
         self, execution_id: str, agent_id: str | None = None, wait: float = 0.0
@@ -178,9 +251,18 @@ class ExecutionUseCases(ServiceBase):
         lease: Lease,
         output: RawJson,
         outcomes: Sequence[Carried] = (),
+        state: RawJson | None = None,
     ) -> None:
+        """`state` (§24.5) is kept for the executions that continue this one; `null` is none."""
         await self._finish(
-            execution_id, agent_id, lease, ExecutionStatus.COMPLETED, output, "", outcomes
+            execution_id,
+            agent_id,
+            lease,
+            ExecutionStatus.COMPLETED,
+            output,
+            "",
+            outcomes,
+            None if state == "null" else state,
         )
 
     async def fail_execution(
@@ -192,7 +274,7 @@ class ExecutionUseCases(ServiceBase):
         outcomes: Sequence[Carried] = (),
     ) -> None:
         await self._finish(
-            execution_id, agent_id, lease, ExecutionStatus.FAILED, None, reason, outcomes
+            execution_id, agent_id, lease, ExecutionStatus.FAILED, None, reason, outcomes, None
         )
 
     async def _finish(
@@ -204,6 +286,7 @@ class ExecutionUseCases(ServiceBase):
         output: RawJson | None,
         reason: str,
         outcomes: Sequence[Carried],
+        state: RawJson | None,
     ) -> None:
         """Terminal is checked before the lease (§5.2), then the strong lease check. A
         refusal rolls the transaction back, the lease's renewal with it. The end of a first
@@ -212,7 +295,7 @@ class ExecutionUseCases(ServiceBase):
         acked = self.shortcuts.take_first_run(execution_id, lease)
         if acked is not None:
             done = await self._finish_first_run(
-                acked, agent_id, lease, status, output, reason, outcomes
+                acked, agent_id, lease, status, output, reason, outcomes, state
             )
             if done is not None:
                 self.ended(execution_id, done)
@@ -236,6 +319,7 @@ class ExecutionUseCases(ServiceBase):
                 outcomes,
                 lease.dispatch_id,
                 locked.outcomes,
+                state=state,
             )
         self.ended(execution_id, done)
 
@@ -248,6 +332,7 @@ class ExecutionUseCases(ServiceBase):
         output: RawJson | None,
         reason: str,
         outcomes: Sequence[Carried],
+        state: RawJson | None,
     ) -> Execution | None:
         """Ends a first run on the record its acknowledgement wrote, in one statement that
         applies only while nothing changed since: the record is the execution's, the lease
@@ -265,7 +350,16 @@ class ExecutionUseCases(ServiceBase):
                 acked.id, Unchanged(acked.last_event_seq, lease, now)
             ) as tx:
                 done = await finish_execution(
-                    tx, acked, status, output, reason, now, outcomes, lease.dispatch_id, none_yet
+                    tx,
+                    acked,
+                    status,
+                    output,
+                    reason,
+                    now,
+                    outcomes,
+                    lease.dispatch_id,
+                    none_yet,
+                    state=state,
                 )
         except Stale:
             return None
@@ -284,12 +378,14 @@ async def finish_execution(
     recorded: Outcomes | None = None,
     *,
     reached: bool = True,
+    state: RawJson | None = None,
 ) -> Execution:
     """Completes or fails an execution the caller has locked and checked the lease of;
     `outcomes` were carried by the lease of `dispatch_id` (`recorded`: what they need read,
     when the caller read it). Returns the record as written. `reached`: the agent asked for
     this end, so a `pending` execution starts first; otherwise (every delivery failed) it
-    fails without ever having started (§10.1)."""
+    fails without ever having started (§10.1). `state`: what a completion keeps for the
+    executions that continue this one (§24.5)."""
     batch = EventBatch(execution, now)
     if reached:
         execution = mark_started(execution, batch)
@@ -299,12 +395,25 @@ async def finish_execution(
     if status is ExecutionStatus.COMPLETED:
         done = transition(execution, status, now, output=output or "null")
         batch.execution(EventType.EXECUTION_COMPLETED, done, output=Raw(done.output or "null"))
+        if state is not None:
+            await tx.set_state(execution.id, state)
     else:
         done = transition(execution, status, now, failure_reason=reason)
         batch.execution(EventType.EXECUTION_FAILED, done, reason=reason)
     await tx.retire_dispatches(execution.id, now)
     await flush(tx, done, batch)
     return replace(done, last_event_seq=batch.last_seq)
+
+
+async def _check_parent(tx: Transaction, agent_id: str, parent_id: str) -> None:
+    """§24.2: an explicit parent exists (`NotFound`), is the same agent's and completed
+    (`Conflict`). It is held until the transaction ends, so retention cannot delete it while
+    its child is being recorded (the store's `hold_execution`)."""
+    parent = await tx.hold_execution(parent_id)
+    if parent.agent_id != agent_id:
+        raise Conflict(f"parent execution {parent_id} belongs to another agent")
+    if parent.status is not ExecutionStatus.COMPLETED:
+        raise Conflict(f"parent execution {parent_id} is {parent.status}, not completed")
 
 
 async def _expire_pending_approvals(tx: Transaction, execution_id: str, batch: EventBatch) -> None:

@@ -32,6 +32,7 @@ from rebuno.kernel.domain.records import (
     Event,
     Execution,
     Lease,
+    RawJson,
     Step,
 )
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepKind, StepStatus
@@ -186,6 +187,17 @@ class Transaction(Protocol):
         """Raises `NotFound`."""
         ...
 
+    async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
+        """`Store.find_execution`, seeing what this transaction and the ones committed with
+        it wrote."""
+        ...
+
+    async def hold_execution(self, execution_id: str) -> Execution:
+        """Reads an execution this transaction does not lock and keeps retention from
+        deleting it until the transaction ends (the parent a new execution names, §24.6).
+        Raises `NotFound`."""
+        ...
+
     async def lock_execution(
         self,
         execution_id: str,
@@ -269,6 +281,10 @@ class Transaction(Protocol):
         """Writes status, output, failure_reason, updated_at and last_event_seq."""
         ...
 
+    async def set_state(self, execution_id: str, state: RawJson) -> None:
+        """Stores the `state` an execution was completed with (§24.5)."""
+        ...
+
     async def append_events(self, events: Sequence[Event]) -> None: ...
 
     async def insert_step(self, step: Step) -> None: ...
@@ -345,6 +361,15 @@ class Store(Protocol):
 
     # -- committed reads -----------------------------------------------------------------
     async def get_execution(self, execution_id: str) -> Execution: ...
+
+    async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
+        """The agent's execution created under this idempotency key, if any (§27.1)."""
+        ...
+
+    async def get_state(self, execution_id: str) -> RawJson | None:
+        """The `state` the execution was completed with; None when it has none. Raises
+        `NotFound`."""
+        ...
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]: ...
 

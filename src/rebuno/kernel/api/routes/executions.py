@@ -6,6 +6,9 @@ Must not import a store backend or the dispatcher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
@@ -13,6 +16,7 @@ from starlette.routing import BaseRoute
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
+    label_field,
     off_loop,
     parse_object,
     raw_field,
@@ -32,37 +36,47 @@ from rebuno.kernel.api.schemas import (
 from rebuno.kernel.domain.decision import Carried
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.domain.records import RawJson
+from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
-# Later-extension fields of `POST /v0/executions` (§21.3): refused rather than silently
-# ignored, since ignoring idempotency or session semantics would mislead the caller.
-CREATE_EXTENSIONS = (
-    "session",
-    "parent_execution_id",
-    "idempotency_key",
-    "spawned_by",
-    "on_behalf_of",
-)
+# Fields of `POST /v0/executions` this kernel does not implement yet (§24, §25): refused
+# rather than silently ignored, since ignoring session semantics would mislead the caller.
+CREATE_EXTENSIONS = ("session", "spawned_by")
+REPLAY_HEADER = "Rebuno-Idempotent-Replay"
 LIST_LIMIT = (50, 200)
 EVENTS_LIMIT = (100, 1000)
 
 
-def _create_fields(raw: bytes) -> tuple[str, RawJson, str | None]:
+@dataclass(frozen=True, slots=True)
+class _Create:
+    agent_id: str
+    input: RawJson
+    agent_version: str | None
+    idempotency_key: str | None
+    parent_execution_id: str | None
+    on_behalf_of: str | None
+
+
+def _create_fields(raw: bytes) -> _Create:
     body = parse_object(raw)
-    reject_present(body, CREATE_EXTENSIONS, "this kernel has no sessions or sub-executions")
-    return (
-        text_field(body, "agent_id", required=True),
-        raw_field(body, "input") or "null",
-        text_field(body, "agent_version") or None,
+    reject_present(body, CREATE_EXTENSIONS, "this kernel has no sessions or sub-executions yet")
+    parent = text_field(body, "parent_execution_id")
+    return _Create(
+        agent_id=text_field(body, "agent_id", required=True),
+        input=raw_field(body, "input") or "null",
+        agent_version=text_field(body, "agent_version") or None,
+        idempotency_key=label_field(body, "idempotency_key"),
+        parent_execution_id=params.parse_uuid(parent, "parent_execution_id") if parent else None,
+        on_behalf_of=label_field(body, "on_behalf_of"),
     )
 
 
-def _completion_fields(raw: bytes) -> tuple[RawJson, tuple[Carried, ...]]:
+def _completion_fields(raw: bytes) -> tuple[RawJson, tuple[Carried, ...], RawJson | None]:
     body = parse_object(raw)
-    return required_raw(body, "output"), step_outcomes(body)
+    return required_raw(body, "output"), step_outcomes(body), raw_field(body, "state")
 
 
 def execution_id(request: Request) -> str:
@@ -98,11 +112,21 @@ class ExecutionRoutes:
         ]
 
     async def create(self, request: Request) -> Response:
-        agent_id, input, agent_version = await off_loop(
-            await self._gate.client(request), _create_fields
+        body, principal = await self._gate.principal(request)
+        fields = await off_loop(body, _create_fields)
+        origin = Origin(
+            created_by=principal,
+            idempotency_key=fields.idempotency_key,
+            parent_execution_id=fields.parent_execution_id,
+            on_behalf_of=fields.on_behalf_of,
         )
-        execution = await self._kernel.create_execution(agent_id, input, agent_version)
-        return json_response(render_execution(execution), 201)
+        created = await self._kernel.create(
+            fields.agent_id, fields.input, fields.agent_version, origin
+        )
+        response = json_response(render_execution(created.execution), 201)
+        if created.repeat:
+            response.headers[REPLAY_HEADER] = "true"
+        return response
 
     async def list(self, request: Request) -> Response:
         await self._gate.client(request)
@@ -141,10 +165,10 @@ class ExecutionRoutes:
         return no_content()
 
     async def previous(self, request: Request) -> Response:
-        """§21.3: there are no parent executions here, so there is never a previous state."""
+        """§24.5: what the execution continues from."""
         caller = await self._gate.client_or_agent(request)
-        await self._kernel.get_execution(execution_id(request), caller.agent_id)
-        return json_response({"state": None})
+        state = await self._kernel.previous_state(execution_id(request), caller.agent_id)
+        return json_response({"state": orjson.Fragment(state)})
 
     async def heartbeat(self, request: Request) -> Response:
         caller = await self._gate.agent(request)
@@ -165,9 +189,10 @@ class ExecutionRoutes:
         caller = await self._gate.agent(request)
         target = execution_id(request)
         lease = params.required_lease(request.headers)
-        # `state` (§21.3) is accepted; with no `previous` support there is nowhere to keep it.
-        output, outcomes = await off_loop(caller.body, _completion_fields)
-        await self._kernel.complete_execution(target, caller.agent_id, lease, output, outcomes)
+        output, outcomes, state = await off_loop(caller.body, _completion_fields)
+        await self._kernel.complete_execution(
+            target, caller.agent_id, lease, output, outcomes, state
+        )
         return no_content()
 
     async def fail(self, request: Request) -> Response:

@@ -18,27 +18,40 @@ from rebuno.kernel.store.base import ExecutionFilter, Page
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import ExecutionStatus
 
-COLUMNS = (
+CORE = (
     "e.id, e.agent_id, e.agent_version, e.input, e.status, e.output, e.failure_reason,"
     " e.created_at, e.updated_at, e.deadline_at, e.last_event_seq"
 )
-WIDTH = 11
+CORE_WIDTH = 11
+ORIGIN = "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of"
+ORIGIN_WIDTH = 4
+"""The origin columns (§27). The reads under the lock (`functions.sql`) return them last, after
+everything a kernel older than them reads by position."""
+COLUMNS = f"{CORE}, {ORIGIN}"
+WIDTH = CORE_WIDTH + ORIGIN_WIDTH
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
 
 TERMINAL = "('completed', 'failed', 'cancelled')"
 
 _GET = f"SELECT {COLUMNS} FROM executions e WHERE e.id = %s"
+_HOLD = f"{_GET} FOR KEY SHARE"
+_FIND = f"SELECT {COLUMNS} FROM executions e WHERE e.agent_id = %s AND e.idempotency_key = %s"
+_STATE = "SELECT state FROM executions WHERE id = %s"
 _OVERDUE = """
     SELECT id FROM executions
     WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s
     ORDER BY deadline_at, id LIMIT %s
 """
-# The children go in the same statement: only approvals still cascade (008_hot_path_keys).
+# The children go in the same statement: only approvals still cascade (008_hot_path_keys). An
+# execution another one names as its parent stays, so that one's `previous` keeps answering
+# (§24.6); it goes on a later pass once the other has gone.
 _DELETE_TERMINAL = f"""
     WITH gone AS (
         DELETE FROM executions WHERE id IN (
-            SELECT id FROM executions
+            SELECT id FROM executions e
             WHERE status IN {TERMINAL} AND updated_at < %(cutoff)s
+                AND NOT EXISTS (
+                    SELECT 1 FROM executions child WHERE child.parent_execution_id = e.id)
             LIMIT %(limit)s FOR UPDATE SKIP LOCKED
         )
         RETURNING id
@@ -69,7 +82,16 @@ def from_row(row: Sequence[Any]) -> Execution:
         updated_at=row[8],
         deadline_at=row[9],
         last_event_seq=row[10],
+        idempotency_key=row[11],
+        parent_execution_id=row[12],
+        created_by=row[13],
+        on_behalf_of=row[14],
     )
+
+
+def from_split_row(core: Sequence[Any], origin: Sequence[Any]) -> Execution:
+    """An execution from a read under the lock: its core columns and, apart, its origin."""
+    return from_row((*core[:CORE_WIDTH], *origin[:ORIGIN_WIDTH]))
 
 
 async def get(conn: Executor, execution_id: str) -> Execution:
@@ -78,6 +100,33 @@ async def get(conn: Executor, execution_id: str) -> Execution:
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
     return from_row(row)
+
+
+async def hold(conn: Executor, execution_id: str) -> Execution:
+    """Reads the execution and locks its row against deletion until the transaction ends:
+    retention's `FOR UPDATE SKIP LOCKED` passes it over, and a row retention has locked first
+    is waited for and then found gone."""
+    cur = await conn.execute(_HOLD, (execution_id,))
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
+    return from_row(row)
+
+
+async def find(conn: Executor, agent_id: str, idempotency_key: str) -> Execution | None:
+    """The agent's execution created under this idempotency key, if any (§27.1)."""
+    cur = await conn.execute(_FIND, (agent_id, idempotency_key))
+    row = await cur.fetchone()
+    return None if row is None else from_row(row)
+
+
+async def get_state(conn: Executor, execution_id: str) -> str | None:
+    """The `state` the execution was completed with (§24.5); None when it has none."""
+    cur = await conn.execute(_STATE, (execution_id,))
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
+    return None if row[0] is None else str(row[0])
 
 
 async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:

@@ -25,6 +25,29 @@ BEGIN
 END
 $$;
 
+-- Up to migration 012 the two reads under the lock returned no origin columns (§27): a result
+-- that changes needs the function dropped first.
+DO $$
+DECLARE
+    lock_execution regprocedure :=
+        to_regprocedure('rebuno_lock_execution(bigint, text, text, integer, timestamptz)');
+    load_submission regprocedure := to_regprocedure(
+        'rebuno_load_submission(bigint, text, text, integer, timestamptz, text, text, text, text[])');
+BEGIN
+    IF lock_execution IS NOT NULL
+        AND pg_get_function_result(lock_execution) NOT LIKE '%e_created_by%'
+    THEN
+        DROP FUNCTION rebuno_lock_execution(bigint, text, text, integer, timestamptz);
+    END IF;
+    IF load_submission IS NOT NULL
+        AND pg_get_function_result(load_submission) NOT LIKE '%e_created_by%'
+    THEN
+        DROP FUNCTION rebuno_load_submission(
+            bigint, text, text, integer, timestamptz, text, text, text, text[]);
+    END IF;
+END
+$$;
+
 -- == Guards ==================================================================================
 
 -- The guards hold against any writer, not just a careful service. Their SQLSTATEs (class RB,
@@ -153,11 +176,17 @@ BEGIN
                 PERFORM pg_notify('rebuno_execution', e.id);
             END IF;
         WHEN 'insert_execution' THEN
+            -- A kernel older than migration 012 sends no origin: `unknown` created it.
             INSERT INTO executions (id, agent_id, agent_version, input, status, output,
-                failure_reason, created_at, updated_at, deadline_at, last_event_seq)
+                failure_reason, created_at, updated_at, deadline_at, last_event_seq,
+                idempotency_key, parent_execution_id, created_by, on_behalf_of)
             SELECT id, agent_id, agent_version, input, status, output,
-                failure_reason, created_at, updated_at, deadline_at, last_event_seq
+                failure_reason, created_at, updated_at, deadline_at, last_event_seq,
+                idempotency_key, parent_execution_id, COALESCE(created_by, 'unknown'),
+                on_behalf_of
             FROM jsonb_populate_record(NULL::executions, op);
+        WHEN 'set_state' THEN
+            UPDATE executions SET state = op->>'state' WHERE id = op->>'id';
         WHEN 'set_occurrence' THEN
             INSERT INTO dispatch_step_counters AS c (dispatch_id, kind, target, args_hash,
                 consumed)
@@ -314,7 +343,8 @@ CREATE OR REPLACE FUNCTION rebuno_load_submission(
     s_step_id text, s_execution_id text, s_kind text, s_target text, s_args_hash text,
     s_occurrence integer, s_status text, s_idempotency text, s_args text, s_result text,
     s_error text, s_usage_input bigint, s_usage_output bigint, s_proposed_seq bigint,
-    s_started_at timestamptz, s_completed_at timestamptz
+    s_started_at timestamptz, s_completed_at timestamptz,
+    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
@@ -334,7 +364,8 @@ BEGIN
             live, next_occurrence, a.policy_bundle,
             s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,
             s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,
-            s.proposed_seq, s.started_at, s.completed_at
+            s.proposed_seq, s.started_at, s.completed_at,
+            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
@@ -349,7 +380,8 @@ BEGIN
                 NULL::bigint, NULL::boolean, NULL::integer, NULL::text,
                 s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence,
                 s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
-                s.usage_output, s.proposed_seq, s.started_at, s.completed_at
+                s.usage_output, s.proposed_seq, s.started_at, s.completed_at,
+                NULL::text, NULL::text, NULL::text, NULL::text
             FROM steps s WHERE s.step_id = ANY(p_carried);
     END IF;
 END
@@ -365,7 +397,8 @@ CREATE OR REPLACE FUNCTION rebuno_lock_execution(
     e_id text, e_agent_id text, e_agent_version text, e_input text, e_status text,
     e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
     e_deadline_at timestamptz, e_last_event_seq bigint,
-    lease_live boolean, policy_bundle text
+    lease_live boolean, policy_bundle text,
+    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean := false;
@@ -379,7 +412,8 @@ BEGIN
     RETURN QUERY
         SELECT e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
-            live, a.policy_bundle
+            live, a.policy_bundle,
+            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         WHERE e.id = p_execution;

@@ -23,7 +23,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
+from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import ClaimedDispatch, Completion, ExecutionFilter, Page, Unchanged
 from rebuno.kernel.store.postgres import (
@@ -201,6 +201,12 @@ class PostgresStore:
 
     async def get_execution(self, execution_id: str) -> Execution:
         return await self._read(executions.get, execution_id)
+
+    async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
+        return await self._read(executions.find, agent_id, idempotency_key)
+
+    async def get_state(self, execution_id: str) -> RawJson | None:
+        return await self._read(executions.get_state, execution_id)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self._read(executions.list_page, flt)

@@ -62,16 +62,17 @@ async def load(
     if not main:
         raise NotFound(f"execution {execution_id} not found")
     row = main[0]
-    width = executions.WIDTH + 1
+    width = executions.CORE_WIDTH + 1
     occurrence = int(row[width + 1])
-    step_row = row[width + 3 :]
+    step_row = row[width + 3 : width + 3 + steps.WIDTH]
+    origin = row[width + 3 + steps.WIDTH :]
     # Found by its identity (key and occurrence), which is what its id is made of; kept only
     # under the id that occurrence yields, as the embedded store finds it.
     found = step_row[0] is not None and step_row[0] == step_id_for(occurrence)
     existing = steps.from_row(step_row) if found else None
     carried = [steps.from_row(r[width + 3 :]) for r in rows if r[0] == _CARRIED]
     return Submission(
-        execution=executions.from_row(row[1:width]),
+        execution=executions.from_split_row(row[1:width], origin),
         lease_live=bool(row[width]),
         occurrence=occurrence,
         existing=existing,
@@ -135,12 +136,12 @@ async def lock_execution(
     row = await cursors[0].fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
-    width = executions.WIDTH
+    width = executions.CORE_WIDTH
     outcomes = None
     if len(cursors) > 1:
         outcomes = _outcomes(await cursors[1].fetchall(), wanted)
     return Locked(
-        execution=executions.from_row(row[:width]),
+        execution=executions.from_split_row(row[:width], row[width + 2 :]),
         lease_live=bool(row[width]),
         policy_bundle=row[width + 1],
         outcomes=outcomes,

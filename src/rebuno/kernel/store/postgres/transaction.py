@@ -24,7 +24,16 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import TupleRow
 
-from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
+from rebuno.kernel.domain.records import (
+    Agent,
+    Approval,
+    Dispatch,
+    Event,
+    Execution,
+    Lease,
+    RawJson,
+    Step,
+)
 from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
@@ -210,6 +219,12 @@ class PostgresTransaction:
             return (await self.lock_execution(execution_id)).execution
         return await self._run(executions.get, execution_id)
 
+    async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
+        return await self._run(executions.find, agent_id, idempotency_key)
+
+    async def hold_execution(self, execution_id: str) -> Execution:
+        return await self._run(executions.hold, execution_id)
+
     async def lock_execution(
         self,
         execution_id: str,
@@ -286,6 +301,9 @@ class PostgresTransaction:
 
     async def update_execution(self, execution: Execution) -> None:
         self._writes.add(writes.update_execution(execution))
+
+    async def set_state(self, execution_id: str, state: RawJson) -> None:
+        self._writes.add(writes.set_state(execution_id, state))
 
     async def append_events(self, events_: Sequence[Event]) -> None:
         if events_:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from rebuno.kernel.domain.records import Dispatch, Event, Execution, Step
+from rebuno.kernel.domain.records import Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.store.base import StepKey
 
 APPLY = "SELECT rebuno_apply(%s::jsonb)"
@@ -140,7 +140,15 @@ def insert_execution(e: Execution) -> Op:
         "updated_at": e.updated_at,
         "deadline_at": e.deadline_at,
         "last_event_seq": e.last_event_seq,
+        "idempotency_key": e.idempotency_key,
+        "parent_execution_id": e.parent_execution_id,
+        "created_by": e.created_by,
+        "on_behalf_of": e.on_behalf_of,
     }
+
+
+def set_state(execution_id: str, state: RawJson) -> Op:
+    return {"op": "set_state", "id": execution_id, "state": state}
 
 
 def update_execution(e: Execution) -> Op:

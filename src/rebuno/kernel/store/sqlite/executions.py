@@ -24,9 +24,10 @@ from rebuno.protocol.enums import ExecutionStatus
 
 COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
-    " updated_at, deadline_at, last_event_seq"
+    " updated_at, deadline_at, last_event_seq,"
+    " idempotency_key, parent_execution_id, created_by, on_behalf_of"
 )
-WIDTH = 11
+WIDTH = 15
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
 
 
@@ -51,6 +52,10 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         updated_at=from_micros(row[8]),
         deadline_at=from_micros_or_none(row[9]),
         last_event_seq=row[10],
+        idempotency_key=row[11],
+        parent_execution_id=row[12],
+        created_by=row[13],
+        on_behalf_of=row[14],
     )
 
 
@@ -66,7 +71,8 @@ def insert(conn: sqlite3.Connection, execution: Execution) -> None:
     """Raises `NotFound` when the agent is not registered: its foreign key is the check."""
     with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
-            f"INSERT INTO executions ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO executions ({COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 execution.id,
                 execution.agent_id,
@@ -79,8 +85,33 @@ def insert(conn: sqlite3.Connection, execution: Execution) -> None:
                 to_micros(execution.updated_at),
                 to_micros_or_none(execution.deadline_at),
                 execution.last_event_seq,
+                execution.idempotency_key,
+                execution.parent_execution_id,
+                execution.created_by,
+                execution.on_behalf_of,
             ),
         )
+
+
+def find(conn: sqlite3.Connection, agent_id: str, idempotency_key: str) -> Execution | None:
+    """The agent's execution created under this idempotency key, if any (§27.1)."""
+    row = conn.execute(
+        f"SELECT {COLUMNS} FROM executions WHERE agent_id = ? AND idempotency_key = ?",
+        (agent_id, idempotency_key),
+    ).fetchone()
+    return None if row is None else to_record(row)
+
+
+def set_state(conn: sqlite3.Connection, execution_id: str, state: str) -> None:
+    conn.execute("UPDATE executions SET state = ? WHERE id = ?", (state, execution_id))
+
+
+def get_state(conn: sqlite3.Connection, execution_id: str) -> str | None:
+    """The `state` the execution was completed with (§24.5); None when it has none."""
+    row = conn.execute("SELECT state FROM executions WHERE id = ?", (execution_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} not found")
+    return None if row[0] is None else str(row[0])
 
 
 def update(conn: sqlite3.Connection, execution: Execution) -> None:
@@ -134,11 +165,16 @@ def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int) -> list[st
 
 
 def delete_terminal_before(conn: sqlite3.Connection, cutoff: datetime, limit: int) -> int:
-    """Deletes one page of expired terminal executions; their children go by cascade."""
+    """Deletes one page of expired terminal executions; their children go by cascade. One that
+    another execution names as its parent stays, so that execution's `previous` keeps
+    answering (§24.6); it goes on a later page once that one has gone."""
     cursor = conn.execute(
         f"""DELETE FROM executions WHERE id IN (
-                SELECT id FROM executions
-                WHERE status IN {_TERMINAL} AND updated_at < ? LIMIT ?)""",
+                SELECT id FROM executions AS e
+                WHERE status IN {_TERMINAL} AND updated_at < ?
+                    AND NOT EXISTS (
+                        SELECT 1 FROM executions AS child WHERE child.parent_execution_id = e.id)
+                LIMIT ?)""",
         (to_micros(cutoff), limit),
     )
     return cursor.rowcount

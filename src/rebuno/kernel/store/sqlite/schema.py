@@ -150,7 +150,27 @@ _AGENT_INSTANCES = (
     "ALTER TABLE dispatches ADD COLUMN instance_incarnation TEXT",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_TABLES + _INDEXES + _TRIGGERS, _AGENT_INSTANCES)
+# An execution's origin (§27): its idempotency key (one execution per agent and key), the
+# completed execution it continues, who created it and for whom, and the `state` it was
+# completed with. Rows older than these columns read `unknown` as their creator.
+_EXECUTION_ORIGIN = (
+    "ALTER TABLE executions ADD COLUMN idempotency_key TEXT",
+    "ALTER TABLE executions ADD COLUMN parent_execution_id TEXT",
+    "ALTER TABLE executions ADD COLUMN created_by TEXT NOT NULL DEFAULT 'unknown'",
+    "ALTER TABLE executions ADD COLUMN on_behalf_of TEXT",
+    "ALTER TABLE executions ADD COLUMN state TEXT",
+    """CREATE UNIQUE INDEX executions_idempotency ON executions (agent_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL""",
+    """CREATE INDEX executions_parent ON executions (parent_execution_id)
+        WHERE parent_execution_id IS NOT NULL""",
+    "ALTER TABLE approvals ADD COLUMN asserted_by TEXT",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    _TABLES + _INDEXES + _TRIGGERS,
+    _AGENT_INSTANCES,
+    _EXECUTION_ORIGIN,
+)
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
 
 LATEST = len(MIGRATIONS)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TextIO, TypeVar
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
+from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.store.base import (
     ClaimedDispatch,
     Completion,
@@ -405,6 +405,12 @@ class SqliteStore:
 
     async def get_execution(self, execution_id: str) -> Execution:
         return self._read(executions.get, execution_id)
+
+    async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
+        return self._read(executions.find, agent_id, idempotency_key)
+
+    async def get_state(self, execution_id: str) -> RawJson | None:
+        return self._read(executions.get_state, execution_id)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return self._read(executions.list_page, flt)

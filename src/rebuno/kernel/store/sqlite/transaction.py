@@ -15,7 +15,16 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from rebuno.kernel.domain import identity
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Lease, Step
+from rebuno.kernel.domain.records import (
+    Agent,
+    Approval,
+    Dispatch,
+    Event,
+    Execution,
+    Lease,
+    RawJson,
+    Step,
+)
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
     Completion,
@@ -63,6 +72,13 @@ class SqliteTransaction:
 
     # -- reads under the lock ------------------------------------------------------------
     async def get_execution(self, execution_id: str) -> Execution:
+        return self._run(executions.get, execution_id)
+
+    async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
+        return self._run(executions.find, agent_id, idempotency_key)
+
+    async def hold_execution(self, execution_id: str) -> Execution:
+        # The single writer holds everything until the transaction ends.
         return self._run(executions.get, execution_id)
 
     async def lock_execution(
@@ -142,6 +158,9 @@ class SqliteTransaction:
 
     async def update_execution(self, execution: Execution) -> None:
         self._run(executions.update, execution)
+
+    async def set_state(self, execution_id: str, state: RawJson) -> None:
+        self._run(executions.set_state, execution_id, state)
 
     async def append_events(self, events: Sequence[Event]) -> None:
         self._run(event_log.append, events)
