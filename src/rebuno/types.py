@@ -66,6 +66,8 @@ class Execution(_Model):
     on_behalf_of: str = ""
     subject_groups: list[str] = []
     session: str = ""
+    admitted_at: str = ""
+    """Empty while the execution waits for its session's earlier turns to end."""
     spawned_by: SpawnedBy | None = None
 
 

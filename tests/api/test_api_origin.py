@@ -109,7 +109,7 @@ async def test_retention_releases_the_key(
     assert again.json()["id"] != first
 
 
-@pytest.mark.parametrize("field", ["idempotency_key", "on_behalf_of"])
+@pytest.mark.parametrize("field", ["idempotency_key", "on_behalf_of", "session"])
 @pytest.mark.parametrize(
     ("value", "why"),
     [

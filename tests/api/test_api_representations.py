@@ -37,6 +37,7 @@ async def test_new_execution_shows_only_the_fields_it_has(client: httpx.AsyncCli
         "updated_at",
         "created_by",
         "subject_groups",
+        "admitted_at",
     }
     assert body["created_by"] == "bootstrap"  # the holder of the configured token
     assert body["subject_groups"] == []

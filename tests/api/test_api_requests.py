@@ -120,7 +120,6 @@ async def test_create_ignores_unknown_fields(client: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("session", "s-1"),
         ("spawned_by", {"execution_id": "e", "step_id": "s"}),
     ],
 )

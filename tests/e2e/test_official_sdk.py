@@ -4,6 +4,8 @@ crash inside the second, re-dispatch, replay of the first, completion."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,57 @@ def test_official_sdk_runs_through_redispatch_and_replay(tmp_path: Path, version
     assert done["status"] == "completed", (done, agent.output(), kernel.output())
     assert done["output"] == {"summary": "2 results", "topic": "x"}
     assert side.read_text().split() == ["first", "second", "second"]
+
+
+CHAT_SCRIPT = ROOT / "tests" / "e2e" / "official_chat.py"
+
+
+def test_official_sdk_holds_a_conversation_in_a_session(tmp_path: Path) -> None:
+    """SDK 0.29.2's sessions, idempotent create, `Result(output, state)` and `previous()`:
+    the turns run one at a time, each reading the state the one before it left."""
+    python = official_sdk_python("0.29.2")
+    agent_port = free_port()
+    path = tmp_path / "rebuno.yaml"
+    path.write_text(
+        "agents:\n"
+        "  - id: chat\n"
+        f"    webhook_url: http://127.0.0.1:{agent_port}/webhook\n"
+        "    secret: chat-secret\n"
+    )
+    kernel = Kernel(tmp_path / "kernel.db", path, tmp_path / "kernel.log")
+    agent = Process(
+        [str(python), str(CHAT_SCRIPT), "agent", kernel.url, str(agent_port)],
+        tmp_path / "agent.log",
+    )
+    try:
+        created = subprocess.run(
+            [str(python), str(CHAT_SCRIPT), "create", kernel.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert created.returncode == 0, created.stderr
+        ids = json.loads(created.stdout)
+        for execution_id in ids:
+            kernel.wait_for_status(execution_id, {"completed", "failed"}, 60)
+        read = subprocess.run(
+            [str(python), str(CHAT_SCRIPT), "read", kernel.url, *ids],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        agent.stop()
+        kernel.stop()
+
+    assert read.returncode == 0, read.stderr
+    turns = json.loads(read.stdout)
+    assert [t["output"] for t in turns] == [
+        {"reply": "HI", "turns": 1},
+        {"reply": "HOW", "turns": 2},
+        {"reply": "BYE", "turns": 3},
+    ], (agent.output(), kernel.output())
+    assert [t["session"] for t in turns] == ["talk"] * 3
+    assert turns[0]["idempotency_key"] == "turn-1"
+    assert [t["parent_execution_id"] for t in turns[1:]] == [ids[0], ids[1]]
+    assert {t["created_by"] for t in turns} == {"anonymous"}

@@ -77,3 +77,22 @@ async def test_bad_parents_and_labels_raise_the_sdks_errors(harness: Harness) ->
         await harness.client.create("plain2", parent_execution_id=failed_run.id)
     with pytest.raises(ValidationError):
         await harness.client.create("plain2", idempotency_key="x" * 257)
+
+
+async def test_the_turns_of_a_session_run_in_order_and_carry_state(harness: Harness) -> None:
+    async with harness.serve("talk", chat):
+        ids = [
+            (await harness.client.create("talk", {"message": m}, session="s-1")).id
+            for m in ("a", "b", "c")
+        ]
+        done = [await harness.client.wait(i, timeout=20) for i in ids]
+
+    assert [d.output for d in done] == [
+        {"reply": "A", "turns": 1},
+        {"reply": "B", "turns": 2},
+        {"reply": "C", "turns": 3},
+    ]
+    assert [d.session for d in done] == ["s-1"] * 3
+    assert all(d.admitted_at for d in done)
+    page = await harness.client.list(session="s-1")
+    assert [e.id for e in page.executions] == ids[::-1]

@@ -97,12 +97,16 @@ class Client:
         """Create an execution of `agent_id` on `input`; the kernel dispatches the agent.
 
         Args:
+            session: The conversation this execution is a turn of: the turns of a session
+                run one at a time, in creation order, and each continues the agent's last
+                completed turn (its `previous()` reads that one's state).
             parent_execution_id: A completed execution of the same agent this one continues:
-                its `previous()` reads that one's state.
+                its `previous()` reads that one's state. With a `session`, that session must
+                be new (a branch).
             idempotency_key: Creates under a key the agent used before answer that execution
                 (as it is now) instead of making another.
             on_behalf_of: The end user the caller acts for, recorded as given.
-            session, spawned_by: Conversations and sub-agents; a kernel without them refuses.
+            spawned_by: Sub-agents; a kernel without them refuses it.
         """
         body: dict[str, Any] = {"agent_id": agent_id}
         if input is not None:
@@ -126,10 +130,19 @@ class Client:
         return Execution.model_validate_json(response.body)
 
     async def list(
-        self, *, agent_id: str = "", status: str = "", cursor: str = "", limit: int = 50
+        self,
+        *,
+        agent_id: str = "",
+        status: str = "",
+        session: str = "",
+        cursor: str = "",
+        limit: int = 50,
     ) -> ExecutionPage:
-        """One page of executions, newest first, optionally filtered by agent and status."""
-        params = _params(agent_id=agent_id, status=status, cursor=cursor, limit=limit)
+        """One page of executions, newest first, optionally filtered by agent, status and
+        session."""
+        params = _params(
+            agent_id=agent_id, status=status, session=session, cursor=cursor, limit=limit
+        )
         response = await self._request("GET", "/v0/executions", params=params)
         return ExecutionPage.model_validate_json(response.body)
 

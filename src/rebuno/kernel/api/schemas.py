@@ -61,6 +61,14 @@ def render_execution(execution: Execution) -> dict[str, Any]:
     body["created_by"] = execution.created_by
     _set(body, "on_behalf_of", execution.on_behalf_of)
     body["subject_groups"] = []
+    _set(body, "session", execution.session)
+    # A waiter of a session shows none; one admitted on create (rows older than the field
+    # included) was admitted when it was created.
+    admitted = execution.admitted_at
+    if admitted is None and execution.session is None:
+        admitted = execution.created_at
+    if admitted is not None:
+        body["admitted_at"] = format_timestamp(admitted)
     return body
 
 

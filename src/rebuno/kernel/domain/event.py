@@ -56,10 +56,11 @@ class EventBatch:
         )
 
     def execution(self, event_type: EventType, execution: Execution, **extra: Any) -> None:
-        self.add(
-            event_type,
-            {"execution_id": execution.id, "status": execution.status.value, **extra},
-        )
+        """An `execution.*` event; it names the execution's session when it has one (§24.7)."""
+        fields = {"execution_id": execution.id, "status": execution.status.value, **extra}
+        if execution.session is not None:
+            fields["session"] = execution.session
+        self.add(event_type, fields)
 
     def step(
         self,

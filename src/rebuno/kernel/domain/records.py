@@ -53,6 +53,11 @@ class Execution:
     created_by: str = "unknown"
     """The principal of the create request; rows older than the field read `unknown`."""
     on_behalf_of: str | None = None
+    session: str | None = None
+    """The conversation it is a turn of (§24): one execution of a session runs at a time."""
+    admitted_at: datetime | None = None
+    """When it was let run: at create without a session, when its session had room with
+    one. None while it waits its turn (and for rows older than the field)."""
 
 
 @dataclass(frozen=True, slots=True)

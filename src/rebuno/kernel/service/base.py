@@ -21,9 +21,9 @@ from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.records import Dispatch, Execution
 from rebuno.kernel.policy.loader import BundleCache
 from rebuno.kernel.service.shortcuts import Shortcuts
-from rebuno.kernel.store.base import Store, Transaction, Unchanged
+from rebuno.kernel.store.base import Store, Transaction, Unchanged, execution_lock, session_lock
 from rebuno.kernel.stream.bus import StreamBus
-from rebuno.protocol.enums import DispatchStatus
+from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
 from rebuno.protocol.events import EventType
 
 Clock = Callable[[], datetime]
@@ -127,6 +127,54 @@ class ServiceBase:
         """Queues a delivery in the transaction of the event that needs it (§12.1)."""
         await tx.insert_dispatch(dispatch)
         batch.dispatch(EventType.DISPATCH_QUEUED, dispatch, DispatchStatus.PENDING.value)
+
+    # -- sessions (§24.3): shared by every use case that creates or ends an execution -----
+    async def _admit_next(self, tx: Transaction, session: str, now: datetime) -> Execution | None:
+        """§24.3, under the session's lock: when no admitted execution of the session is
+        live, its oldest waiter whose deadline has not passed is admitted, with the agent's
+        latest completed execution in the session as its parent unless it has one, and
+        queued for delivery. Returns the execution admitted."""
+        if await tx.session_held(session):
+            return None
+        waiter = await tx.first_waiter(session, now)
+        if waiter is None:
+            return None
+        await tx.take_lock(execution_lock(waiter.id))
+        waiter = await tx.get_execution(waiter.id)  # as it is under its lock
+        if waiter.admitted_at is not None or waiter.status is not ExecutionStatus.PENDING:
+            return None
+        parent = waiter.parent_execution_id or await tx.last_completed(waiter.agent_id, session)
+        await tx.admit(waiter.id, now, parent)
+        admitted = replace(waiter, admitted_at=now, parent_execution_id=parent)
+        batch = EventBatch(admitted, now)
+        await self.enqueue(tx, batch, self.new_dispatch(admitted.id, now))
+        await flush(tx, admitted, batch)
+        return replace(admitted, last_event_seq=batch.last_seq)
+
+    async def release_session(self, session: str) -> None:
+        """Admits the session's next waiter when nothing holds it: the follow-up of every
+        end of a session's execution (§23.3), and the lineage sweep's repair."""
+        async with self.transaction() as tx:
+            await tx.take_lock(session_lock(session))
+            admitted = await self._admit_next(tx, session, self.clock())
+        if admitted is not None:
+            self.shortcuts.created(admitted.id)
+            self.wake()
+
+    async def after_end(self, record: Execution) -> None:
+        """What follows the commit of an execution's end, in its own transaction (the lock
+        order forbids it in the ending one): its session's next turn. A failure here loses
+        nothing: the lineage sweep repeats it."""
+        if record.session is None:
+            return
+        try:
+            await self.release_session(record.session)
+        except Exception:
+            log.warning(
+                "could not admit the next execution of session %r; the sweep will",
+                record.session,
+                exc_info=True,
+            )
 
 
 async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> None:

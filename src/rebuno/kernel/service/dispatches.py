@@ -185,8 +185,9 @@ class DispatchUseCases(ServiceBase):
                 )
                 await tx.update_dispatch(_requeued(dispatch, retry_at, now))
                 return
-            await _exhausted(tx, execution, now)
+            done = await _exhausted(tx, execution, now)
         self.ended(dispatch.execution_id)
+        await self.after_end(done)
 
     async def _discard(self, dispatch: Dispatch) -> None:
         async with self.transaction(dispatch.execution_id) as tx:
@@ -214,9 +215,11 @@ class DispatchUseCases(ServiceBase):
             if not await _still_owns(tx, dispatch):
                 return
             execution = await tx.get_execution(dispatch.execution_id)
-            if not execution.status.is_terminal:
-                await _exhausted(tx, execution, self.clock())
+            if execution.status.is_terminal:
+                return
+            done = await _exhausted(tx, execution, self.clock())
         self.ended(dispatch.execution_id)
+        await self.after_end(done)
 
 
 async def reclaim_expired_leases(kernel: ServiceBase) -> int:
@@ -241,8 +244,8 @@ async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:
     )
 
 
-async def _exhausted(tx: Transaction, execution: Execution, now: datetime) -> None:
-    await finish_execution(
+async def _exhausted(tx: Transaction, execution: Execution, now: datetime) -> Execution:
+    return await finish_execution(
         tx, execution, ExecutionStatus.FAILED, None, DISPATCH_EXHAUSTED, now, reached=False
     )
 

@@ -27,6 +27,7 @@ from rebuno.kernel.store.base import (
     Stale,
     Transaction,
     Unchanged,
+    session_lock,
 )
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
 from rebuno.protocol.events import EventType
@@ -48,6 +49,7 @@ class Origin:
     idempotency_key: str | None = None
     parent_execution_id: str | None = None
     on_behalf_of: str | None = None
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,15 @@ class ExecutionUseCases(ServiceBase):
     async def _insert_execution(
         self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin
     ) -> Execution:
+        session = origin.session
         async with self.transaction() as tx:
+            if session is not None:
+                await tx.take_lock(session_lock(session))  # first: §24.3 lock order
+                if origin.parent_execution_id is not None and await tx.session_used(session):
+                    raise Conflict(
+                        f"session {session!r} has executions already: a branch from a "
+                        "parent starts a new session"
+                    )
             if origin.parent_execution_id is not None:
                 await _check_parent(tx, agent_id, origin.parent_execution_id)
             now = self.clock()
@@ -115,6 +125,8 @@ class ExecutionUseCases(ServiceBase):
                 parent_execution_id=origin.parent_execution_id,
                 created_by=origin.created_by,
                 on_behalf_of=origin.on_behalf_of,
+                session=session,
+                admitted_at=None if session is not None else now,
             )
             batch = EventBatch(execution, now)
             batch.execution(
@@ -125,9 +137,34 @@ class ExecutionUseCases(ServiceBase):
                 on_behalf_of=execution.on_behalf_of,
             )
             await tx.insert_execution(execution)
-            await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
+            if session is None:
+                await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
             await flush(tx, execution, batch)
-        return replace(execution, last_event_seq=batch.last_seq)
+            execution = replace(execution, last_event_seq=batch.last_seq)
+            if session is not None:
+                # FIFO: the new one is let run only when nothing older waits (§24.3).
+                admitted = await self._admit_next(tx, session, now)
+                if admitted is not None and admitted.id == execution.id:
+                    execution = admitted
+        return execution
+
+    async def admit_waiting(self, limit: int) -> int:
+        """The lineage sweep: releases the sessions a lost follow-up left with waiters and no
+        holder; how many it looked at."""
+        sessions = await self.store.list_sessions_to_admit(limit)
+        for session in sessions:
+            await self.release_session(session)
+        return len(sessions)
+
+    async def delete_expired_sessions(self, cutoff: datetime, limit: int) -> int:
+        """Retention of sessions (§24.6): each whole, in a transaction of its own under its
+        lock; how many executions went."""
+        deleted = 0
+        for session in await self.store.list_expired_sessions(cutoff, limit):
+            async with self.transaction() as tx:
+                await tx.take_lock(session_lock(session))
+                deleted += await tx.delete_expired_session(session, cutoff)
+        return deleted
 
     async def previous_state(self, execution_id: str, agent_id: str | None = None) -> RawJson:
         """§24.5: what the execution continues from: its parent's stored `state`, else the
@@ -216,6 +253,7 @@ class ExecutionUseCases(ServiceBase):
             await tx.retire_dispatches(execution_id, batch.now)
             await flush(tx, cancelled, batch)
         self.ended(execution_id)
+        await self.after_end(cancelled)
 
     async def heartbeat(
         self,
@@ -299,6 +337,7 @@ class ExecutionUseCases(ServiceBase):
             )
             if done is not None:
                 self.ended(execution_id, done)
+                await self.after_end(done)
                 return
         async with self.transaction(execution_id) as tx:
             now = self.clock()
@@ -322,6 +361,7 @@ class ExecutionUseCases(ServiceBase):
                 state=state,
             )
         self.ended(execution_id, done)
+        await self.after_end(done)
 
     async def _finish_first_run(
         self,

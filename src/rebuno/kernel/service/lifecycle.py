@@ -48,13 +48,22 @@ async def cancel_overdue(kernel: Kernel) -> int:
     return cancelled
 
 
+async def admit_waiting(kernel: Kernel) -> int:
+    """The lineage sweep (§24.9): sessions a lost follow-up left with waiters and no holder
+    get their next execution admitted, a page a tick (a session whose waiters are all past
+    their deadline stays listed until the deadline job cancels them)."""
+    return await kernel.admit_waiting(PAGE)
+
+
 async def sweep(kernel: Kernel) -> None:
-    """The singleton sweep: expiry, deadlines, then retention."""
-    await expire_approvals(kernel)
-    await cancel_overdue(kernel)
+    """The singleton sweep: expiry, deadlines, sessions, then retention."""
+    await deadline_tick(kernel)
     retention = kernel.settings.retention
     if retention > timedelta(0):
-        deleted = await kernel.store.delete_terminal_before(kernel.clock() - retention)
+        cutoff = kernel.clock() - retention
+        deleted = await kernel.store.delete_terminal_before(cutoff)
+        while removed := await kernel.delete_expired_sessions(cutoff, PAGE):
+            deleted += removed
         if deleted:
             log.info("retention removed %d terminal executions", deleted)
 
@@ -62,6 +71,7 @@ async def sweep(kernel: Kernel) -> None:
 async def deadline_tick(kernel: Kernel) -> None:
     await expire_approvals(kernel)
     await cancel_overdue(kernel)
+    await admit_waiting(kernel)
 
 
 async def every(interval: timedelta, tick: Callable[[], Awaitable[object]], name: str) -> None:

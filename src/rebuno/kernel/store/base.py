@@ -41,6 +41,16 @@ from rebuno.protocol.extensions import AgentInstance
 T = TypeVar("T")
 
 
+def session_lock(session: str) -> str:
+    """The name of a session's lock (`Transaction.take_lock`)."""
+    return f"session:{session}"
+
+
+def execution_lock(execution_id: str) -> str:
+    """The name of an execution's lock, the one `Store.transaction(execution_id)` takes."""
+    return f"execution:{execution_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
     items: list[T]
@@ -54,6 +64,7 @@ class ExecutionFilter:
     cursor: str | None = None
     """Return executions whose id is strictly smaller than this one."""
     limit: int = 50
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +201,38 @@ class Transaction(Protocol):
     async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
         """`Store.find_execution`, seeing what this transaction and the ones committed with
         it wrote."""
+        ...
+
+    async def take_lock(self, key: str) -> None:
+        """Takes the named lock until the transaction ends (PostgreSQL: an advisory lock;
+        the embedded store's single writer holds everything already). Lock order: a
+        session's lock first, then executions' (docs/protocol.md §24.3)."""
+        ...
+
+    async def session_held(self, session: str) -> bool:
+        """Whether an admitted execution of the session is live (pending, running, blocked)."""
+        ...
+
+    async def session_used(self, session: str) -> bool:
+        """Whether any execution is in the session."""
+        ...
+
+    async def first_waiter(self, session: str, now: datetime) -> Execution | None:
+        """The session's oldest execution not admitted yet whose deadline has not passed."""
+        ...
+
+    async def last_completed(self, agent_id: str, session: str) -> str | None:
+        """The id of the agent's most recently created completed execution in the session."""
+        ...
+
+    async def admit(self, execution_id: str, now: datetime, parent: str | None) -> None:
+        """Sets `admitted_at`, and the parent unless it has one."""
+        ...
+
+    async def delete_expired_session(self, session: str, cutoff: datetime) -> int:
+        """Deletes every execution of the session, with their children, when all are
+        terminal and older than `cutoff` and no execution of another session names one as
+        its parent (§24.6); how many it deleted."""
         ...
 
     async def hold_execution(self, execution_id: str) -> Execution:
@@ -441,7 +484,17 @@ class Store(Protocol):
 
     async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]: ...
 
+    async def list_sessions_to_admit(self, limit: int) -> list[str]:
+        """Sessions with a waiter and no live admitted execution (a release lost in a crash)."""
+        ...
+
+    async def list_expired_sessions(self, cutoff: datetime, limit: int) -> list[str]:
+        """Sessions `Transaction.delete_expired_session` would delete now."""
+        ...
+
     async def delete_terminal_before(self, cutoff: datetime) -> int:
-        """Retention: deletes terminal executions last updated before `cutoff`, with their
-        children, and rate buckets untouched since then. Returns executions deleted."""
+        """Retention: deletes terminal executions without a session last updated before
+        `cutoff` that no stored execution names as parent, with their children, and rate
+        buckets untouched since then. Returns executions deleted. Sessions go whole, one
+        transaction each (`delete_expired_session`)."""
         ...

@@ -42,9 +42,9 @@ from rebuno.kernel.store.base import ExecutionFilter
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
-# Fields of `POST /v0/executions` this kernel does not implement yet (§24, §25): refused
-# rather than silently ignored, since ignoring session semantics would mislead the caller.
-CREATE_EXTENSIONS = ("session", "spawned_by")
+# Fields of `POST /v0/executions` this kernel does not implement yet (§25): refused rather
+# than silently ignored, since ignoring them would mislead the caller.
+CREATE_EXTENSIONS = ("spawned_by",)
 REPLAY_HEADER = "Rebuno-Idempotent-Replay"
 LIST_LIMIT = (50, 200)
 EVENTS_LIMIT = (100, 1000)
@@ -58,11 +58,12 @@ class _Create:
     idempotency_key: str | None
     parent_execution_id: str | None
     on_behalf_of: str | None
+    session: str | None
 
 
 def _create_fields(raw: bytes) -> _Create:
     body = parse_object(raw)
-    reject_present(body, CREATE_EXTENSIONS, "this kernel has no sessions or sub-executions yet")
+    reject_present(body, CREATE_EXTENSIONS, "this kernel has no sub-agents yet")
     parent = text_field(body, "parent_execution_id")
     return _Create(
         agent_id=text_field(body, "agent_id", required=True),
@@ -71,6 +72,7 @@ def _create_fields(raw: bytes) -> _Create:
         idempotency_key=label_field(body, "idempotency_key"),
         parent_execution_id=params.parse_uuid(parent, "parent_execution_id") if parent else None,
         on_behalf_of=label_field(body, "on_behalf_of"),
+        session=label_field(body, "session"),
     )
 
 
@@ -119,6 +121,7 @@ class ExecutionRoutes:
             idempotency_key=fields.idempotency_key,
             parent_execution_id=fields.parent_execution_id,
             on_behalf_of=fields.on_behalf_of,
+            session=fields.session,
         )
         created = await self._kernel.create(
             fields.agent_id, fields.input, fields.agent_version, origin
@@ -135,6 +138,7 @@ class ExecutionRoutes:
         flt = ExecutionFilter(
             agent_id=params.first(query, "agent_id") or None,
             status=execution_status(params.first(query, "status")),
+            session=params.first(query, "session") or None,
             cursor=params.optional_uuid(query, "cursor"),
             limit=params.page_limit(query, default=default, maximum=maximum, strict=True),
         )

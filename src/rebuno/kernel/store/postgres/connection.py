@@ -19,6 +19,7 @@ from psycopg.rows import TupleRow
 
 from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, KernelError, NotFound
 from rebuno.kernel.pgserver import Server, first_line
+from rebuno.kernel.store.base import execution_lock
 
 Connection: TypeAlias = psycopg.AsyncConnection[TupleRow]
 Params: TypeAlias = Sequence[Any] | Mapping[str, Any]
@@ -55,7 +56,7 @@ def lock_key(name: str) -> int:
 
 
 def execution_lock_key(execution_id: str) -> int:
-    return lock_key(f"execution:{execution_id}")
+    return lock_key(execution_lock(execution_id))
 
 
 def domain_error(exc: psycopg.Error, server: Server) -> Exception:

@@ -23,8 +23,11 @@ CORE = (
     " e.created_at, e.updated_at, e.deadline_at, e.last_event_seq"
 )
 CORE_WIDTH = 11
-ORIGIN = "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of"
-ORIGIN_WIDTH = 4
+ORIGIN = (
+    "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of, e.session,"
+    " e.admitted_at"
+)
+ORIGIN_WIDTH = 6
 """The origin columns (§27). The reads under the lock (`functions.sql`) return them last, after
 everything a kernel older than them reads by position."""
 COLUMNS = f"{CORE}, {ORIGIN}"
@@ -49,7 +52,7 @@ _DELETE_TERMINAL = f"""
     WITH gone AS (
         DELETE FROM executions WHERE id IN (
             SELECT id FROM executions e
-            WHERE status IN {TERMINAL} AND updated_at < %(cutoff)s
+            WHERE status IN {TERMINAL} AND updated_at < %(cutoff)s AND session IS NULL
                 AND NOT EXISTS (
                     SELECT 1 FROM executions child WHERE child.parent_execution_id = e.id)
             LIMIT %(limit)s FOR UPDATE SKIP LOCKED
@@ -86,6 +89,8 @@ def from_row(row: Sequence[Any]) -> Execution:
         parent_execution_id=row[12],
         created_by=row[13],
         on_behalf_of=row[14],
+        session=row[15],
+        admitted_at=row[16],
     )
 
 
@@ -137,6 +142,7 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
     for clause, value in (
         ("e.agent_id = %s", flt.agent_id),
         ("e.status = %s", flt.status.value if flt.status is not None else None),
+        ("e.session = %s", flt.session),
         ("e.id < %s", flt.cursor),
     ):
         if value is not None:
@@ -164,3 +170,110 @@ async def delete_terminal_before(conn: Executor, cutoff: datetime, limit: int) -
     row = await cur.fetchone()
     assert row is not None
     return int(row[0])
+
+
+# -- sessions (§24) ----------------------------------------------------------------------------
+LIVE = "('pending', 'running', 'blocked')"
+_HELD = f"""
+    SELECT EXISTS (SELECT 1 FROM executions WHERE session = %s AND admitted_at IS NOT NULL
+        AND status IN {LIVE})
+"""
+_USED = "SELECT EXISTS (SELECT 1 FROM executions WHERE session = %s)"
+_FIRST_WAITER = f"""
+    SELECT {COLUMNS} FROM executions e
+    WHERE e.session = %s AND e.admitted_at IS NULL AND e.status = 'pending'
+        AND (e.deadline_at IS NULL OR e.deadline_at > %s)
+    ORDER BY e.id LIMIT 1
+"""
+_LAST_COMPLETED = """
+    SELECT id FROM executions WHERE session = %s AND agent_id = %s AND status = 'completed'
+    ORDER BY id DESC LIMIT 1
+"""
+_TO_ADMIT = f"""
+    SELECT DISTINCT w.session FROM executions w
+    WHERE w.session IS NOT NULL AND w.admitted_at IS NULL AND w.status = 'pending'
+        AND NOT EXISTS (SELECT 1 FROM executions h WHERE h.session = w.session
+            AND h.admitted_at IS NOT NULL AND h.status IN {LIVE})
+    LIMIT %s
+"""
+_EXPIRED_SESSIONS = f"""
+    SELECT DISTINCT e.session FROM executions e
+    WHERE e.session IS NOT NULL AND e.status IN {TERMINAL} AND e.updated_at < %(cutoff)s
+        AND NOT EXISTS (SELECT 1 FROM executions o WHERE o.session = e.session
+            AND (o.status NOT IN {TERMINAL} OR o.updated_at >= %(cutoff)s))
+        AND NOT EXISTS (SELECT 1 FROM executions m
+            JOIN executions c ON c.parent_execution_id = m.id
+            WHERE m.session = e.session AND c.session IS DISTINCT FROM e.session)
+    LIMIT %(limit)s
+"""
+# Under the session's lock, so no execution joins it meanwhile. Every member is locked, or
+# none is deleted: a create naming one as its parent holds its row (`hold`), and then the
+# session stays for a later pass.
+_DELETE_SESSION = f"""
+    WITH members AS (
+        SELECT id, status, updated_at FROM executions WHERE session = %(session)s
+        FOR UPDATE SKIP LOCKED
+    ), qualifies AS (
+        SELECT 1 WHERE
+            (SELECT count(*) FROM members)
+                = (SELECT count(*) FROM executions WHERE session = %(session)s)
+            AND NOT EXISTS (SELECT 1 FROM members
+                WHERE status NOT IN {TERMINAL} OR updated_at >= %(cutoff)s)
+            AND NOT EXISTS (SELECT 1 FROM executions c
+                WHERE c.parent_execution_id IN (SELECT id FROM members)
+                    AND c.session IS DISTINCT FROM %(session)s)
+    ), gone AS (
+        DELETE FROM executions
+        WHERE id IN (SELECT id FROM members) AND EXISTS (SELECT 1 FROM qualifies)
+        RETURNING id
+    ), dispatches_gone AS (
+        DELETE FROM dispatches WHERE execution_id IN (SELECT id FROM gone) RETURNING id
+    ), counters_gone AS (
+        DELETE FROM dispatch_step_counters
+        WHERE dispatch_id IN (SELECT id FROM dispatches_gone)
+    ), events_gone AS (
+        DELETE FROM events WHERE execution_id IN (SELECT id FROM gone)
+    ), steps_gone AS (
+        DELETE FROM steps WHERE execution_id IN (SELECT id FROM gone)
+    )
+    SELECT count(*) FROM gone
+"""
+
+
+async def _one(conn: Executor, query: str, params: Any) -> Any:
+    cur = await conn.execute(query, params)
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+async def session_held(conn: Executor, session: str) -> bool:
+    return bool(await _one(conn, _HELD, (session,)))
+
+
+async def session_used(conn: Executor, session: str) -> bool:
+    return bool(await _one(conn, _USED, (session,)))
+
+
+async def first_waiter(conn: Executor, session: str, now: datetime) -> Execution | None:
+    cur = await conn.execute(_FIRST_WAITER, (session, now))
+    row = await cur.fetchone()
+    return None if row is None else from_row(row)
+
+
+async def last_completed(conn: Executor, agent_id: str, session: str) -> str | None:
+    found = await _one(conn, _LAST_COMPLETED, (session, agent_id))
+    return None if found is None else str(found)
+
+
+async def sessions_to_admit(conn: Executor, limit: int) -> list[str]:
+    cur = await conn.execute(_TO_ADMIT, (limit,))
+    return [str(row[0]) for row in await cur.fetchall()]
+
+
+async def expired_sessions(conn: Executor, cutoff: datetime, limit: int) -> list[str]:
+    cur = await conn.execute(_EXPIRED_SESSIONS, {"cutoff": cutoff, "limit": limit})
+    return [str(row[0]) for row in await cur.fetchall()]
+
+
+async def delete_session(conn: Executor, session: str, cutoff: datetime) -> int:
+    return int(await _one(conn, _DELETE_SESSION, {"session": session, "cutoff": cutoff}) or 0)

@@ -25,7 +25,7 @@ BEGIN
 END
 $$;
 
--- Up to migration 012 the two reads under the lock returned no origin columns (§27): a result
+-- Up to migration 012 the two reads under the lock returned no origin columns (§27, §24): a result
 -- that changes needs the function dropped first.
 DO $$
 DECLARE
@@ -35,12 +35,12 @@ DECLARE
         'rebuno_load_submission(bigint, text, text, integer, timestamptz, text, text, text, text[])');
 BEGIN
     IF lock_execution IS NOT NULL
-        AND pg_get_function_result(lock_execution) NOT LIKE '%e_created_by%'
+        AND pg_get_function_result(lock_execution) NOT LIKE '%e_admitted_at%'
     THEN
         DROP FUNCTION rebuno_lock_execution(bigint, text, text, integer, timestamptz);
     END IF;
     IF load_submission IS NOT NULL
-        AND pg_get_function_result(load_submission) NOT LIKE '%e_created_by%'
+        AND pg_get_function_result(load_submission) NOT LIKE '%e_admitted_at%'
     THEN
         DROP FUNCTION rebuno_load_submission(
             bigint, text, text, integer, timestamptz, text, text, text, text[]);
@@ -179,12 +179,18 @@ BEGIN
             -- A kernel older than migration 012 sends no origin: `unknown` created it.
             INSERT INTO executions (id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
-                idempotency_key, parent_execution_id, created_by, on_behalf_of)
+                idempotency_key, parent_execution_id, created_by, on_behalf_of, session,
+                admitted_at)
             SELECT id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
                 idempotency_key, parent_execution_id, COALESCE(created_by, 'unknown'),
-                on_behalf_of
+                on_behalf_of, session, admitted_at
             FROM jsonb_populate_record(NULL::executions, op);
+        WHEN 'admit_execution' THEN
+            -- §24.3: a session's waiter is let run, with the parent chosen for it.
+            UPDATE executions SET admitted_at = (op->>'admitted_at')::timestamptz,
+                parent_execution_id = COALESCE(parent_execution_id, op->>'parent_execution_id')
+            WHERE id = op->>'id';
         WHEN 'set_state' THEN
             UPDATE executions SET state = op->>'state' WHERE id = op->>'id';
         WHEN 'set_occurrence' THEN
@@ -344,7 +350,8 @@ CREATE OR REPLACE FUNCTION rebuno_load_submission(
     s_occurrence integer, s_status text, s_idempotency text, s_args text, s_result text,
     s_error text, s_usage_input bigint, s_usage_output bigint, s_proposed_seq bigint,
     s_started_at timestamptz, s_completed_at timestamptz,
-    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text
+    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
+    e_session text, e_admitted_at timestamptz
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
@@ -365,7 +372,8 @@ BEGIN
             s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,
             s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,
             s.proposed_seq, s.started_at, s.completed_at,
-            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of
+            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
+            e.session, e.admitted_at
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
@@ -381,7 +389,7 @@ BEGIN
                 s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence,
                 s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
                 s.usage_output, s.proposed_seq, s.started_at, s.completed_at,
-                NULL::text, NULL::text, NULL::text, NULL::text
+                NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz
             FROM steps s WHERE s.step_id = ANY(p_carried);
     END IF;
 END
@@ -398,7 +406,8 @@ CREATE OR REPLACE FUNCTION rebuno_lock_execution(
     e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
     e_deadline_at timestamptz, e_last_event_seq bigint,
     lease_live boolean, policy_bundle text,
-    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text
+    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
+    e_session text, e_admitted_at timestamptz
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean := false;
@@ -413,7 +422,8 @@ BEGIN
         SELECT e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
             live, a.policy_bundle,
-            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of
+            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
+            e.session, e.admitted_at
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         WHERE e.id = p_execution;

@@ -62,6 +62,7 @@ from rebuno.kernel.store.postgres.connection import (
     Connection,
     Params,
     execution_lock_key,
+    lock_key,
     translated,
 )
 from rebuno.protocol.enums import StepStatus
@@ -224,6 +225,27 @@ class PostgresTransaction:
 
     async def hold_execution(self, execution_id: str) -> Execution:
         return await self._run(executions.hold, execution_id)
+
+    async def take_lock(self, key: str) -> None:
+        await self._run(_take_lock, lock_key(key))
+
+    async def session_held(self, session: str) -> bool:
+        return await self._run(executions.session_held, session)
+
+    async def session_used(self, session: str) -> bool:
+        return await self._run(executions.session_used, session)
+
+    async def first_waiter(self, session: str, now: datetime) -> Execution | None:
+        return await self._run(executions.first_waiter, session, now)
+
+    async def last_completed(self, agent_id: str, session: str) -> str | None:
+        return await self._run(executions.last_completed, agent_id, session)
+
+    async def admit(self, execution_id: str, now: datetime, parent: str | None) -> None:
+        self._writes.add(writes.admit_execution(execution_id, now, parent))
+
+    async def delete_expired_session(self, session: str, cutoff: datetime) -> int:
+        return await self._run(executions.delete_session, session, cutoff)
 
     async def lock_execution(
         self,
@@ -403,3 +425,9 @@ async def _end(conn: Connection) -> None:
         await conn.execute(_PING, prepare=False)
     except psycopg.Error:
         await conn.close()
+
+
+async def _take_lock(conn: _Session, key: int) -> None:
+    """Waits for the lock here, so what the transaction reads next is read under it."""
+    cur = await conn.execute(_LOCK, (key,))
+    await cur.fetchone()

@@ -144,6 +144,17 @@ def insert_execution(e: Execution) -> Op:
         "parent_execution_id": e.parent_execution_id,
         "created_by": e.created_by,
         "on_behalf_of": e.on_behalf_of,
+        "session": e.session,
+        "admitted_at": e.admitted_at,
+    }
+
+
+def admit_execution(execution_id: str, now: datetime, parent_execution_id: str | None) -> Op:
+    return {
+        "op": "admit_execution",
+        "id": execution_id,
+        "admitted_at": now,
+        "parent_execution_id": parent_execution_id,
     }
 
 

@@ -25,9 +25,9 @@ from rebuno.protocol.enums import ExecutionStatus
 COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
     " updated_at, deadline_at, last_event_seq,"
-    " idempotency_key, parent_execution_id, created_by, on_behalf_of"
+    " idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at"
 )
-WIDTH = 15
+WIDTH = 17
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
 
 
@@ -56,6 +56,8 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         parent_execution_id=row[12],
         created_by=row[13],
         on_behalf_of=row[14],
+        session=row[15],
+        admitted_at=from_micros_or_none(row[16]),
     )
 
 
@@ -72,7 +74,7 @@ def insert(conn: sqlite3.Connection, execution: Execution) -> None:
     with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
             f"INSERT INTO executions ({COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 execution.id,
                 execution.agent_id,
@@ -89,6 +91,8 @@ def insert(conn: sqlite3.Connection, execution: Execution) -> None:
                 execution.parent_execution_id,
                 execution.created_by,
                 execution.on_behalf_of,
+                execution.session,
+                to_micros_or_none(execution.admitted_at),
             ),
         )
 
@@ -139,6 +143,7 @@ def list_page(conn: sqlite3.Connection, flt: ExecutionFilter) -> Page[Execution]
     for clause, value in (
         ("agent_id = ?", flt.agent_id),
         ("status = ?", None if flt.status is None else flt.status.value),
+        ("session = ?", flt.session),
         ("id < ?", flt.cursor),
     ):
         if value is not None:
@@ -167,14 +172,114 @@ def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int) -> list[st
 def delete_terminal_before(conn: sqlite3.Connection, cutoff: datetime, limit: int) -> int:
     """Deletes one page of expired terminal executions; their children go by cascade. One that
     another execution names as its parent stays, so that execution's `previous` keeps
-    answering (§24.6); it goes on a later page once that one has gone."""
+    answering (§24.6); it goes on a later page once that one has gone. Sessions go whole
+    (`delete_session`)."""
     cursor = conn.execute(
         f"""DELETE FROM executions WHERE id IN (
                 SELECT id FROM executions AS e
-                WHERE status IN {_TERMINAL} AND updated_at < ?
+                WHERE status IN {_TERMINAL} AND updated_at < ? AND session IS NULL
                     AND NOT EXISTS (
                         SELECT 1 FROM executions AS child WHERE child.parent_execution_id = e.id)
                 LIMIT ?)""",
         (to_micros(cutoff), limit),
+    )
+    return cursor.rowcount
+
+
+# -- sessions (§24) ----------------------------------------------------------------------------
+_LIVE = "('pending', 'running', 'blocked')"
+
+
+def session_held(conn: sqlite3.Connection, session: str) -> bool:
+    """Whether an admitted execution of the session is live: the one that holds it."""
+    row = conn.execute(
+        f"""SELECT 1 FROM executions WHERE session = ? AND admitted_at IS NOT NULL
+            AND status IN {_LIVE} LIMIT 1""",
+        (session,),
+    ).fetchone()
+    return row is not None
+
+
+def session_used(conn: sqlite3.Connection, session: str) -> bool:
+    row = conn.execute("SELECT 1 FROM executions WHERE session = ? LIMIT 1", (session,))
+    return row.fetchone() is not None
+
+
+def first_waiter(conn: sqlite3.Connection, session: str, now: datetime) -> Execution | None:
+    """The session's oldest waiter whose deadline has not passed."""
+    row = conn.execute(
+        f"""SELECT {COLUMNS} FROM executions
+            WHERE session = ? AND admitted_at IS NULL AND status = 'pending'
+                AND (deadline_at IS NULL OR deadline_at > ?)
+            ORDER BY id LIMIT 1""",
+        (session, to_micros(now)),
+    ).fetchone()
+    return None if row is None else to_record(row)
+
+
+def last_completed(conn: sqlite3.Connection, agent_id: str, session: str) -> str | None:
+    """The agent's most recently created completed execution in the session."""
+    row = conn.execute(
+        """SELECT id FROM executions WHERE session = ? AND agent_id = ? AND status = 'completed'
+           ORDER BY id DESC LIMIT 1""",
+        (session, agent_id),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def admit(conn: sqlite3.Connection, execution_id: str, now: datetime, parent: str | None) -> None:
+    conn.execute(
+        """UPDATE executions SET admitted_at = ?,
+               parent_execution_id = COALESCE(parent_execution_id, ?)
+           WHERE id = ?""",
+        (to_micros(now), parent, execution_id),
+    )
+
+
+def sessions_to_admit(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Sessions with a waiter and no holder: what a lost release left (§24.9)."""
+    rows = conn.execute(
+        f"""SELECT DISTINCT w.session FROM executions w
+            WHERE w.session IS NOT NULL AND w.admitted_at IS NULL AND w.status = 'pending'
+                AND NOT EXISTS (
+                    SELECT 1 FROM executions h WHERE h.session = w.session
+                        AND h.admitted_at IS NOT NULL AND h.status IN {_LIVE})
+            LIMIT ?""",
+        (limit,),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def expired_sessions(conn: sqlite3.Connection, cutoff: datetime, limit: int) -> list[str]:
+    """Sessions retention may delete as a whole: every execution terminal and older than
+    `cutoff`, and none named as parent by an execution of another session (§24.6)."""
+    at = to_micros(cutoff)
+    rows = conn.execute(
+        f"""SELECT DISTINCT e.session FROM executions e
+            WHERE e.session IS NOT NULL AND e.status IN {_TERMINAL} AND e.updated_at < ?
+                AND NOT EXISTS (
+                    SELECT 1 FROM executions o WHERE o.session = e.session
+                        AND (o.status NOT IN {_TERMINAL} OR o.updated_at >= ?))
+                AND NOT EXISTS (
+                    SELECT 1 FROM executions m JOIN executions c ON c.parent_execution_id = m.id
+                    WHERE m.session = e.session AND c.session IS NOT e.session)
+            LIMIT ?""",
+        (at, at, limit),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def delete_session(conn: sqlite3.Connection, session: str, cutoff: datetime) -> int:
+    """Deletes the whole session if it still qualifies (`expired_sessions`); how many."""
+    at = to_micros(cutoff)
+    cursor = conn.execute(
+        f"""DELETE FROM executions WHERE session = ?
+            AND NOT EXISTS (
+                SELECT 1 FROM executions o WHERE o.session = ?
+                    AND (o.status NOT IN {_TERMINAL} OR o.updated_at >= ?))
+            AND NOT EXISTS (
+                SELECT 1 FROM executions m JOIN executions c ON c.parent_execution_id = m.id
+                WHERE m.session = ? AND c.session IS NOT ?)""",
+        (session, session, at, session, session),
     )
     return cursor.rowcount

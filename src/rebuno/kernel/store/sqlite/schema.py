@@ -152,13 +152,20 @@ _AGENT_INSTANCES = (
 
 # An execution's origin (§27): its idempotency key (one execution per agent and key), the
 # completed execution it continues, who created it and for whom, and the `state` it was
-# completed with. Rows older than these columns read `unknown` as their creator.
+# completed with; the session it is a turn of and when it was admitted (§24). Rows older than
+# these columns read `unknown` as their creator.
 _EXECUTION_ORIGIN = (
     "ALTER TABLE executions ADD COLUMN idempotency_key TEXT",
     "ALTER TABLE executions ADD COLUMN parent_execution_id TEXT",
     "ALTER TABLE executions ADD COLUMN created_by TEXT NOT NULL DEFAULT 'unknown'",
     "ALTER TABLE executions ADD COLUMN on_behalf_of TEXT",
     "ALTER TABLE executions ADD COLUMN state TEXT",
+    "ALTER TABLE executions ADD COLUMN session TEXT",
+    "ALTER TABLE executions ADD COLUMN admitted_at INTEGER",
+    "CREATE INDEX executions_session ON executions (session, id) WHERE session IS NOT NULL",
+    """CREATE UNIQUE INDEX executions_session_holder ON executions (session)
+        WHERE session IS NOT NULL AND admitted_at IS NOT NULL
+            AND status IN ('pending', 'running', 'blocked')""",
     """CREATE UNIQUE INDEX executions_idempotency ON executions (agent_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL""",
     """CREATE INDEX executions_parent ON executions (parent_execution_id)

@@ -492,6 +492,12 @@ class SqliteStore:
     async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]:
         return self._read(executions.list_overdue, now, limit)
 
+    async def list_sessions_to_admit(self, limit: int) -> list[str]:
+        return self._read(executions.sessions_to_admit, limit)
+
+    async def list_expired_sessions(self, cutoff: datetime, limit: int) -> list[str]:
+        return self._read(executions.expired_sessions, cutoff, limit)
+
     async def delete_terminal_before(self, cutoff: datetime) -> int:
         total = 0
         while True:

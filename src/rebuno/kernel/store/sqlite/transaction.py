@@ -81,6 +81,27 @@ class SqliteTransaction:
         # The single writer holds everything until the transaction ends.
         return self._run(executions.get, execution_id)
 
+    async def take_lock(self, key: str) -> None:
+        return None  # the single writer serialises every transaction
+
+    async def session_held(self, session: str) -> bool:
+        return self._run(executions.session_held, session)
+
+    async def session_used(self, session: str) -> bool:
+        return self._run(executions.session_used, session)
+
+    async def first_waiter(self, session: str, now: datetime) -> Execution | None:
+        return self._run(executions.first_waiter, session, now)
+
+    async def last_completed(self, agent_id: str, session: str) -> str | None:
+        return self._run(executions.last_completed, agent_id, session)
+
+    async def admit(self, execution_id: str, now: datetime, parent: str | None) -> None:
+        self._run(executions.admit, execution_id, now, parent)
+
+    async def delete_expired_session(self, session: str, cutoff: datetime) -> int:
+        return self._run(executions.delete_session, session, cutoff)
+
     async def lock_execution(
         self,
         execution_id: str,

@@ -1,6 +1,8 @@
 -- An execution's origin (docs/protocol.md §27): the idempotency key it was created under (one
 -- execution per agent and key), the completed execution it continues, who created it and for
 -- whom, and the `state` its agent completed it with, which only the next execution reads.
+-- Sessions (§24): the conversation it is a turn of, and when it was admitted; at most one
+-- admitted execution of a session is live at a time, which the partial unique index backs.
 -- Rows older than these columns were created by someone no longer known: `unknown`.
 -- The parent carries no foreign key: a dangling id is still informative, and retention keeps
 -- every parent a retained execution names.
@@ -9,9 +11,15 @@ ALTER TABLE executions
     ADD COLUMN parent_execution_id text,
     ADD COLUMN created_by text NOT NULL DEFAULT 'unknown',
     ADD COLUMN on_behalf_of text,
-    ADD COLUMN state text;
+    ADD COLUMN state text,
+    ADD COLUMN session text,
+    ADD COLUMN admitted_at timestamptz;
 CREATE UNIQUE INDEX executions_idempotency ON executions (agent_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX executions_parent ON executions (parent_execution_id)
     WHERE parent_execution_id IS NOT NULL;
+CREATE INDEX executions_session ON executions (session, id) WHERE session IS NOT NULL;
+CREATE UNIQUE INDEX executions_session_holder ON executions (session)
+    WHERE session IS NOT NULL AND admitted_at IS NOT NULL
+        AND status IN ('pending', 'running', 'blocked');
 ALTER TABLE approvals ADD COLUMN asserted_by text;
