@@ -128,7 +128,7 @@ MAX_LABEL_BYTES = 256
 
 
 def label_field(body: JsonObject, key: str) -> str | None:
-    """§23.1: a label is a string of at most 256 UTF-8 bytes, with no NUL and not only
+    """§23: a label is a string of at most 256 UTF-8 bytes, with no NUL and not only
     whitespace, kept exactly as sent; absent, null or `""` is none (None)."""
     value = text_field(body, key)
     if not value:

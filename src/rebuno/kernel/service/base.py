@@ -153,7 +153,7 @@ class ServiceBase:
 
     async def release_session(self, session: str) -> None:
         """Admits the session's next waiter when nothing holds it: the follow-up of every
-        end of a session's execution (§23.3), and the lineage sweep's repair."""
+        end of a session's execution (§24.3), and the lineage sweep's repair."""
         async with self.transaction() as tx:
             await tx.take_lock(session_lock(session))
             admitted = await self._admit_next(tx, session, self.clock())

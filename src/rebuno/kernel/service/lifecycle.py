@@ -49,7 +49,7 @@ async def cancel_overdue(kernel: Kernel) -> int:
 
 
 async def admit_waiting(kernel: Kernel) -> int:
-    """The lineage sweep (§24.9): sessions a lost follow-up left with waiters and no holder
+    """The lineage sweep (§24.3): sessions a lost follow-up left with waiters and no holder
     get their next execution admitted, a page a tick (a session whose waiters are all past
     their deadline stays listed until the deadline job cancels them)."""
     return await kernel.admit_waiting(PAGE)

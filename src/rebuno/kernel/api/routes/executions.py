@@ -42,7 +42,7 @@ from rebuno.kernel.store.base import ExecutionFilter
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
-# Fields of `POST /v0/executions` this kernel does not implement yet (§25): refused rather
+# Fields of `POST /v0/executions` this kernel does not implement yet: refused rather
 # than silently ignored, since ignoring them would mislead the caller.
 CREATE_EXTENSIONS = ("spawned_by",)
 REPLAY_HEADER = "Rebuno-Idempotent-Replay"

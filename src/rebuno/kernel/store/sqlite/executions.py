@@ -237,7 +237,7 @@ def admit(conn: sqlite3.Connection, execution_id: str, now: datetime, parent: st
 
 
 def sessions_to_admit(conn: sqlite3.Connection, limit: int) -> list[str]:
-    """Sessions with a waiter and no holder: what a lost release left (§24.9)."""
+    """Sessions with a waiter and no holder: what a lost release left (§24.3)."""
     rows = conn.execute(
         f"""SELECT DISTINCT w.session FROM executions w
             WHERE w.session IS NOT NULL AND w.admitted_at IS NULL AND w.status = 'pending'
