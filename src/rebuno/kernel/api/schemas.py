@@ -13,6 +13,7 @@ import orjson
 from starlette.responses import Response
 
 from rebuno.kernel.domain.decision import StepDecision
+from rebuno.kernel.domain.execution import spawned_by
 from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
 from rebuno.kernel.store.base import Page
 from rebuno.protocol.times import format_timestamp
@@ -69,6 +70,7 @@ def render_execution(execution: Execution) -> dict[str, Any]:
         admitted = execution.created_at
     if admitted is not None:
         body["admitted_at"] = format_timestamp(admitted)
+    _set(body, "spawned_by", spawned_by(execution))
     return body
 
 

@@ -73,3 +73,13 @@ def mark_started(execution: Execution, batch: EventBatch) -> Execution:
         EventType.EXECUTION_STARTED, started, parent_execution_id=started.parent_execution_id
     )
     return started
+
+
+def spawned_by(execution: Execution) -> dict[str, str] | None:
+    """The `spawned_by` member of a sub-agent's representation and `execution.created`."""
+    if execution.spawned_by_execution_id is None or execution.spawned_by_step_id is None:
+        return None
+    return {
+        "execution_id": execution.spawned_by_execution_id,
+        "step_id": execution.spawned_by_step_id,
+    }

@@ -58,6 +58,9 @@ class Execution:
     admitted_at: datetime | None = None
     """When it was let run: at create without a session, when its session had room with
     one. None while it waits its turn (and for rows older than the field)."""
+    spawned_by_execution_id: str | None = None
+    """A sub-agent's parent (§25): the execution whose step started it, and that step."""
+    spawned_by_step_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,11 @@ from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.errors import Conflict, Forbidden
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.execution import transition
 from rebuno.kernel.domain.records import Approval
 from rebuno.kernel.service.base import ServiceBase, flush
+from rebuno.kernel.service.lineage import resume_if_idle
 from rebuno.kernel.store.base import Transaction
-from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
+from rebuno.protocol.enums import ApprovalStatus, StepStatus
 from rebuno.protocol.events import EventType
 
 _RESOLUTION_EVENT = {
@@ -89,9 +89,8 @@ class ApprovalUseCases(ServiceBase):
                 rationale=rationale,
             )
             await self._settle_step(tx, approval.step_id, status, rationale, batch)
-            resumed = transition(execution, ExecutionStatus.RUNNING, now)
-            batch.execution(EventType.EXECUTION_RESUMED, resumed)
-            await self.enqueue(tx, batch, self.new_dispatch(execution_id, now))
+            # §25.5: it resumes unless another step still waits (an approval, a sub-agent).
+            resumed = await resume_if_idle(self, tx, execution, batch)
             await flush(tx, resumed, batch)
         self.wake()
         if late:

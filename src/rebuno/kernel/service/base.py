@@ -162,19 +162,9 @@ class ServiceBase:
             self.wake()
 
     async def after_end(self, record: Execution) -> None:
-        """What follows the commit of an execution's end, in its own transaction (the lock
-        order forbids it in the ending one): its session's next turn. A failure here loses
-        nothing: the lineage sweep repeats it."""
-        if record.session is None:
-            return
-        try:
-            await self.release_session(record.session)
-        except Exception:
-            log.warning(
-                "could not admit the next execution of session %r; the sweep will",
-                record.session,
-                exc_info=True,
-            )
+        """The follow-ups of an execution's end, run after its commit by every use case that
+        ends one (`lineage.LineageUseCases` implements them)."""
+        raise NotImplementedError
 
 
 async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> None:

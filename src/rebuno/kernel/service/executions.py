@@ -14,9 +14,15 @@ from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import Carried, StepRecord
-from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, NotFound, lease_superseded
+from rebuno.kernel.domain.errors import (
+    Conflict,
+    ExecutionTerminal,
+    NotFound,
+    ValidationFailed,
+    lease_superseded,
+)
 from rebuno.kernel.domain.event import EventBatch, Raw
-from rebuno.kernel.domain.execution import check_owner, mark_started, transition
+from rebuno.kernel.domain.execution import check_owner, mark_started, spawned_by, transition
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
@@ -27,6 +33,7 @@ from rebuno.kernel.store.base import (
     Stale,
     Transaction,
     Unchanged,
+    execution_lock,
     session_lock,
 )
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
@@ -35,6 +42,8 @@ from rebuno.protocol.times import format_timestamp
 
 T = TypeVar("T")
 ANONYMOUS = "anonymous"
+MAX_ANCESTORS = 64
+"""How far up a sub-agent's session is compared with its ancestors' (§25.2)."""
 CLIENT_CANCELLED = "client_cancelled"
 REPLICA_POLL_SECONDS = 0.25
 DEADLINE_EXCEEDED = "deadline_exceeded"
@@ -50,6 +59,8 @@ class Origin:
     parent_execution_id: str | None = None
     on_behalf_of: str | None = None
     session: str | None = None
+    spawned_by: tuple[str, str] | None = None
+    """`(execution_id, step_id)`: the executing step this sub-agent runs for (§25.2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +83,14 @@ class ExecutionUseCases(ServiceBase):
         """§5.1, with §27.1: a create under an idempotency key the agent used before answers
         that execution as it is now, whatever else the request says; of racing creates under
         one key, the unique index lets one insert and the others answer it."""
+        if origin.spawned_by is not None and origin.idempotency_key is None:
+            # A rerun of the step finds its child, even after the step settled.
+            origin = replace(origin, idempotency_key=origin.spawned_by[1])
         key = origin.idempotency_key
         if key is not None:
             earlier = await self.store.find_execution(agent_id, key)
             if earlier is not None:
-                return Created(earlier, repeat=True)
+                return Created(_same_spawn(earlier, origin), repeat=True)
         try:
             execution = await self._insert_execution(agent_id, input, agent_version, origin)
         except Conflict:
@@ -88,7 +102,7 @@ class ExecutionUseCases(ServiceBase):
                 earlier = await tx.find_execution(agent_id, key)
             if earlier is None:
                 raise
-            return Created(earlier, repeat=True)
+            return Created(_same_spawn(earlier, origin), repeat=True)
         self.shortcuts.created(execution.id)
         self.wake()
         return Created(execution, repeat=False)
@@ -105,6 +119,10 @@ class ExecutionUseCases(ServiceBase):
                         f"session {session!r} has executions already: a branch from a "
                         "parent starts a new session"
                     )
+            on_behalf_of = origin.on_behalf_of
+            if origin.spawned_by is not None:
+                spawner = await check_spawn(tx, *origin.spawned_by, session)
+                on_behalf_of = on_behalf_of or spawner.on_behalf_of
             if origin.parent_execution_id is not None:
                 await _check_parent(tx, agent_id, origin.parent_execution_id)
             now = self.clock()
@@ -124,9 +142,11 @@ class ExecutionUseCases(ServiceBase):
                 idempotency_key=origin.idempotency_key,
                 parent_execution_id=origin.parent_execution_id,
                 created_by=origin.created_by,
-                on_behalf_of=origin.on_behalf_of,
+                on_behalf_of=on_behalf_of,
                 session=session,
                 admitted_at=None if session is not None else now,
+                spawned_by_execution_id=origin.spawned_by[0] if origin.spawned_by else None,
+                spawned_by_step_id=origin.spawned_by[1] if origin.spawned_by else None,
             )
             batch = EventBatch(execution, now)
             batch.execution(
@@ -135,6 +155,7 @@ class ExecutionUseCases(ServiceBase):
                 deadline_at=_deadline(execution),
                 created_by=execution.created_by,
                 on_behalf_of=execution.on_behalf_of,
+                spawned_by=spawned_by(execution),
             )
             await tx.insert_execution(execution)
             if session is None:
@@ -443,6 +464,60 @@ async def finish_execution(
     await tx.retire_dispatches(execution.id, now)
     await flush(tx, done, batch)
     return replace(done, last_event_seq=batch.last_seq)
+
+
+def _same_spawn(earlier: Execution, origin: Origin) -> Execution:
+    """A repeat that names a step must find that step's child: a key shared with an
+    execution another step (or no step) started would leave it waiting on nothing."""
+    if origin.spawned_by is not None and (
+        (earlier.spawned_by_execution_id, earlier.spawned_by_step_id) != origin.spawned_by
+    ):
+        raise Conflict(
+            f"idempotency key {origin.idempotency_key!r} names execution {earlier.id}, "
+            "which is not a sub-agent of that step"
+        )
+    return earlier
+
+
+async def check_spawn(
+    tx: Transaction, parent_id: str, step_id: str, session: str | None
+) -> Execution:
+    """§25.2, under the parent's lock (taken here, after any session lock): the parent
+    exists (`NotFound`) and is live (`Conflict`); the step is one of its own (else
+    `ValidationFailed`) and is executing (`Conflict`); and the child's session is neither
+    the parent's nor an ancestor's (`ValidationFailed`: a child waiting for its own
+    ancestor's turn would wait for ever). Returns the parent."""
+    await tx.take_lock(execution_lock(parent_id))
+    parent = await tx.get_execution(parent_id)
+    if parent.status.is_terminal:
+        raise Conflict(f"parent execution {parent_id} is already {parent.status}")
+    step = await tx.get_step(step_id)
+    if step is None or step.execution_id != parent_id:
+        raise ValidationFailed(
+            f"validation error: spawned_by: step {step_id} is not a step of {parent_id}"
+        )
+    if step.status is not StepStatus.EXECUTING:
+        raise Conflict(f"step {step_id} is {step.status}, not executing")
+    if session is not None:
+        ancestor: Execution | None = parent
+        for _ in range(MAX_ANCESTORS):
+            if ancestor is None:
+                break
+            if ancestor.session == session:
+                raise ValidationFailed(
+                    f"validation error: session {session!r} is an ancestor's: a sub-agent "
+                    "cannot wait for its own parent's turn"
+                )
+            above = ancestor.spawned_by_execution_id
+            ancestor = None if above is None else await _maybe(tx, above)
+    return parent
+
+
+async def _maybe(tx: Transaction, execution_id: str) -> Execution | None:
+    try:
+        return await tx.get_execution(execution_id)
+    except NotFound:
+        return None
 
 
 async def _check_parent(tx: Transaction, agent_id: str, parent_id: str) -> None:

@@ -11,15 +11,15 @@ from rebuno.kernel.service.agents import AgentUseCases
 from rebuno.kernel.service.approvals import ApprovalUseCases
 from rebuno.kernel.service.base import log
 from rebuno.kernel.service.dispatches import DispatchUseCases
-from rebuno.kernel.service.executions import ExecutionUseCases
 from rebuno.kernel.service.instances import InstanceUseCases
+from rebuno.kernel.service.lineage import LineageUseCases
 from rebuno.kernel.service.steps import StepUseCases
 
 READY_TIMEOUT_SECONDS = 2.0
 
 
 class Kernel(
-    ExecutionUseCases,
+    LineageUseCases,
     StepUseCases,
     ApprovalUseCases,
     AgentUseCases,

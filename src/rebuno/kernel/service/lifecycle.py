@@ -48,11 +48,11 @@ async def cancel_overdue(kernel: Kernel) -> int:
     return cancelled
 
 
-async def admit_waiting(kernel: Kernel) -> int:
-    """The lineage sweep (§24.3): sessions a lost follow-up left with waiters and no holder
-    get their next execution admitted, a page a tick (a session whose waiters are all past
-    their deadline stays listed until the deadline job cancels them)."""
-    return await kernel.admit_waiting(PAGE)
+async def repair_lineage(kernel: Kernel) -> int:
+    """The lineage sweep (§25.7): what lost follow-ups left, a page of each kind a tick (a
+    session whose waiters are all past their deadline stays listed until the deadline job
+    cancels them)."""
+    return await kernel.repair_lineage(PAGE)
 
 
 async def sweep(kernel: Kernel) -> None:
@@ -71,7 +71,7 @@ async def sweep(kernel: Kernel) -> None:
 async def deadline_tick(kernel: Kernel) -> None:
     await expire_approvals(kernel)
     await cancel_overdue(kernel)
-    await admit_waiting(kernel)
+    await repair_lineage(kernel)
 
 
 async def every(interval: timedelta, tick: Callable[[], Awaitable[object]], name: str) -> None:

@@ -245,7 +245,7 @@ class StepUseCases(ServiceBase):
             if step.status is not StepStatus.EXECUTING:
                 raise Conflict(f"step {step_id} is {step.status}, not executing")
             batch = EventBatch(execution, self.clock())
-            await tx.update_step(_record_outcome(step, result, error, batch))
+            await tx.update_step(record_outcome(step, result, error, batch))
             await flush(tx, execution, batch)
         return StepDecision(Decision.RECORDED)
 
@@ -386,7 +386,7 @@ async def apply_outcomes(
                 "unknown" if step is None else step.status,
             )
             continue
-        done = _record_outcome(step, outcome.result, outcome.error, batch)
+        done = record_outcome(step, outcome.result, outcome.error, batch)
         await tx.update_step(done)
         found[step.step_id] = done
     if counting:
@@ -434,7 +434,7 @@ async def _record_reported(
     batch.step(EventType.STEP_ALLOWED, step, rule_id=PERMISSIVE.rule_id)
     executing = steps.start(step, batch.now)
     batch.step(EventType.STEP_EXECUTING, executing)
-    done = _record_outcome(executing, report.result, report.error, batch)
+    done = record_outcome(executing, report.result, report.error, batch)
     await tx.insert_step(done)
     return done
 
@@ -469,7 +469,7 @@ def _key(request: StepRequest) -> StepKey:
     return StepKey(request.kind, request.target, request.args_hash)
 
 
-def _record_outcome(
+def record_outcome(
     step: Step, result: RawJson | None, error: RawJson | None, batch: EventBatch
 ) -> Step:
     if result is not None:

@@ -68,6 +68,13 @@ class ExecutionFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class LineageRepairs:
+    unsettled: list[str]
+    orphans: list[str]
+    stalled: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class StepKey:
     """What a step is counted by within one delivery attempt (§7.3)."""
 
@@ -227,6 +234,10 @@ class Transaction(Protocol):
 
     async def admit(self, execution_id: str, now: datetime, parent: str | None) -> None:
         """Sets `admitted_at`, and the parent unless it has one."""
+        ...
+
+    async def list_children(self, execution_id: str) -> list[Execution]:
+        """The executions this one's steps started as sub-agents (§25), oldest first."""
         ...
 
     async def delete_expired_session(self, session: str, cutoff: datetime) -> int:
@@ -490,6 +501,16 @@ class Store(Protocol):
 
     async def list_expired_sessions(self, cutoff: datetime, limit: int) -> list[str]:
         """Sessions `Transaction.delete_expired_session` would delete now."""
+        ...
+
+    async def list_children(self, execution_id: str) -> list[Execution]:
+        """`Transaction.list_children` as a committed read."""
+        ...
+
+    async def list_lineage_repairs(self, limit: int) -> LineageRepairs:
+        """What lost follow-ups left (§25.7): ended sub-agents whose step still executes in
+        a live parent, live sub-agents of an ended or missing parent, and blocked executions
+        nothing holds up any more; at most `limit` of each."""
         ...
 
     async def delete_terminal_before(self, cutoff: datetime) -> int:

@@ -20,7 +20,6 @@ from rebuno.kernel.api.body import (
     off_loop,
     parse_object,
     raw_field,
-    reject_present,
     required_raw,
     step_outcomes,
     text_field,
@@ -42,9 +41,6 @@ from rebuno.kernel.store.base import ExecutionFilter
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
-# Fields of `POST /v0/executions` this kernel does not implement yet: refused rather
-# than silently ignored, since ignoring them would mislead the caller.
-CREATE_EXTENSIONS = ("spawned_by",)
 REPLAY_HEADER = "Rebuno-Idempotent-Replay"
 LIST_LIMIT = (50, 200)
 EVENTS_LIMIT = (100, 1000)
@@ -59,11 +55,11 @@ class _Create:
     parent_execution_id: str | None
     on_behalf_of: str | None
     session: str | None
+    spawned_by: tuple[str, str] | None
 
 
 def _create_fields(raw: bytes) -> _Create:
     body = parse_object(raw)
-    reject_present(body, CREATE_EXTENSIONS, "this kernel has no sub-agents yet")
     parent = text_field(body, "parent_execution_id")
     return _Create(
         agent_id=text_field(body, "agent_id", required=True),
@@ -73,7 +69,20 @@ def _create_fields(raw: bytes) -> _Create:
         parent_execution_id=params.parse_uuid(parent, "parent_execution_id") if parent else None,
         on_behalf_of=label_field(body, "on_behalf_of"),
         session=label_field(body, "session"),
+        spawned_by=_spawned_by(body.get("spawned_by")),
     )
+
+
+def _spawned_by(value: object) -> tuple[str, str] | None:
+    """§25.2: an object of two non-empty strings, the execution's a UUID; absent or null is
+    none."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationFailed("validation error: spawned_by must be an object")
+    parts = [text_field(value, key, required=True) for key in ("execution_id", "step_id")]
+    execution, step = parts
+    return params.parse_uuid(execution, "spawned_by.execution_id"), step
 
 
 def _completion_fields(raw: bytes) -> tuple[RawJson, tuple[Carried, ...], RawJson | None]:
@@ -108,6 +117,7 @@ class ExecutionRoutes:
             route(one + "/events", GET=self.events),
             route(one + "/cancel", POST=self.cancel),
             route(one + "/previous", GET=self.previous),
+            route(one + "/suspend", POST=self.suspend),
             route(one + "/heartbeat", POST=self.heartbeat),
             route(one + "/complete", POST=self.complete),
             route(one + "/fail", POST=self.fail),
@@ -122,6 +132,7 @@ class ExecutionRoutes:
             parent_execution_id=fields.parent_execution_id,
             on_behalf_of=fields.on_behalf_of,
             session=fields.session,
+            spawned_by=fields.spawned_by,
         )
         created = await self._kernel.create(
             fields.agent_id, fields.input, fields.agent_version, origin
@@ -173,6 +184,13 @@ class ExecutionRoutes:
         caller = await self._gate.client_or_agent(request)
         state = await self._kernel.previous_state(execution_id(request), caller.agent_id)
         return json_response({"state": orjson.Fragment(state)})
+
+    async def suspend(self, request: Request) -> Response:
+        """§25.3: blocks the execution while a step waits; the body is not read."""
+        caller = await self._gate.agent(request)
+        target, lease = execution_id(request), params.required_lease(request.headers)
+        suspended = await self._kernel.suspend(target, caller.agent_id, lease)
+        return json_response({"suspended": suspended})
 
     async def heartbeat(self, request: Request) -> Response:
         caller = await self._gate.agent(request)

@@ -25,9 +25,9 @@ CORE = (
 CORE_WIDTH = 11
 ORIGIN = (
     "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of, e.session,"
-    " e.admitted_at"
+    " e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id"
 )
-ORIGIN_WIDTH = 6
+ORIGIN_WIDTH = 8
 """The origin columns (§27). The reads under the lock (`functions.sql`) return them last, after
 everything a kernel older than them reads by position."""
 COLUMNS = f"{CORE}, {ORIGIN}"
@@ -91,6 +91,8 @@ def from_row(row: Sequence[Any]) -> Execution:
         on_behalf_of=row[14],
         session=row[15],
         admitted_at=row[16],
+        spawned_by_execution_id=row[17],
+        spawned_by_step_id=row[18],
     )
 
 
@@ -277,3 +279,58 @@ async def expired_sessions(conn: Executor, cutoff: datetime, limit: int) -> list
 
 async def delete_session(conn: Executor, session: str, cutoff: datetime) -> int:
     return int(await _one(conn, _DELETE_SESSION, {"session": session, "cutoff": cutoff}) or 0)
+
+
+# -- sub-agents (§25) --------------------------------------------------------------------------
+_CHILDREN = f"SELECT {COLUMNS} FROM executions e WHERE e.spawned_by_execution_id = %s ORDER BY e.id"
+_UNSETTLED = f"""
+    SELECT c.id FROM executions c
+    JOIN executions p ON p.id = c.spawned_by_execution_id
+    JOIN steps s ON s.step_id = c.spawned_by_step_id
+    WHERE c.status IN {TERMINAL} AND p.status IN {LIVE} AND s.status = 'executing'
+    ORDER BY c.id LIMIT %s
+"""
+_ORPHANS = f"""
+    SELECT c.id FROM executions c
+    LEFT JOIN executions p ON p.id = c.spawned_by_execution_id
+    WHERE c.spawned_by_execution_id IS NOT NULL AND c.status IN {LIVE}
+        AND (p.id IS NULL OR p.status IN {TERMINAL})
+    ORDER BY c.id LIMIT %s
+"""
+_STALLED = f"""
+    SELECT e.id FROM executions e
+    WHERE e.status = 'blocked'
+        AND NOT EXISTS (SELECT 1 FROM steps s
+            WHERE s.execution_id = e.id AND s.status = 'awaiting_approval')
+        AND NOT EXISTS (SELECT 1 FROM executions c
+            JOIN steps s ON s.step_id = c.spawned_by_step_id
+            WHERE c.spawned_by_execution_id = e.id AND c.status IN {LIVE}
+                AND s.status = 'executing')
+    ORDER BY e.id LIMIT %s
+"""
+
+
+async def children(conn: Executor, execution_id: str) -> list[Execution]:
+    """The executions steps of this one started, oldest first."""
+    cur = await conn.execute(_CHILDREN, (execution_id,))
+    return [from_row(row) for row in await cur.fetchall()]
+
+
+async def _ids(conn: Executor, query: str, limit: int) -> list[str]:
+    cur = await conn.execute(query, (limit,))
+    return [str(row[0]) for row in await cur.fetchall()]
+
+
+async def unsettled_children(conn: Executor, limit: int) -> list[str]:
+    """Ended sub-agents whose step is still executing in a live parent: a lost settlement."""
+    return await _ids(conn, _UNSETTLED, limit)
+
+
+async def orphans(conn: Executor, limit: int) -> list[str]:
+    """Live sub-agents whose parent ended or is gone: a lost cascade."""
+    return await _ids(conn, _ORPHANS, limit)
+
+
+async def stalled(conn: Executor, limit: int) -> list[str]:
+    """Blocked executions that nothing holds up any more."""
+    return await _ids(conn, _STALLED, limit)

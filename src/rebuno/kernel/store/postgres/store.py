@@ -25,7 +25,14 @@ from psycopg_pool import AsyncConnectionPool
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.pgserver import Server
-from rebuno.kernel.store.base import ClaimedDispatch, Completion, ExecutionFilter, Page, Unchanged
+from rebuno.kernel.store.base import (
+    ClaimedDispatch,
+    Completion,
+    ExecutionFilter,
+    LineageRepairs,
+    Page,
+    Unchanged,
+)
 from rebuno.kernel.store.postgres import (
     agents,
     approvals,
@@ -283,6 +290,16 @@ class PostgresStore:
 
     async def list_expired_sessions(self, cutoff: datetime, limit: int) -> list[str]:
         return await self._read(executions.expired_sessions, cutoff, limit)
+
+    async def list_children(self, execution_id: str) -> list[Execution]:
+        return await self._read(executions.children, execution_id)
+
+    async def list_lineage_repairs(self, limit: int) -> LineageRepairs:
+        return LineageRepairs(
+            unsettled=await self._read(executions.unsettled_children, limit),
+            orphans=await self._read(executions.orphans, limit),
+            stalled=await self._read(executions.stalled, limit),
+        )
 
     async def delete_terminal_before(self, cutoff: datetime) -> int:
         total = 0

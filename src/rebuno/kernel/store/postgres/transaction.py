@@ -244,6 +244,9 @@ class PostgresTransaction:
     async def admit(self, execution_id: str, now: datetime, parent: str | None) -> None:
         self._writes.add(writes.admit_execution(execution_id, now, parent))
 
+    async def list_children(self, execution_id: str) -> list[Execution]:
+        return await self._run(executions.children, execution_id)
+
     async def delete_expired_session(self, session: str, cutoff: datetime) -> int:
         return await self._run(executions.delete_session, session, cutoff)
 

@@ -146,6 +146,8 @@ def insert_execution(e: Execution) -> Op:
         "on_behalf_of": e.on_behalf_of,
         "session": e.session,
         "admitted_at": e.admitted_at,
+        "spawned_by_execution_id": e.spawned_by_execution_id,
+        "spawned_by_step_id": e.spawned_by_step_id,
     }
 
 

@@ -25,9 +25,10 @@ from rebuno.protocol.enums import ExecutionStatus
 COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
     " updated_at, deadline_at, last_event_seq,"
-    " idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at"
+    " idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at,"
+    " spawned_by_execution_id, spawned_by_step_id"
 )
-WIDTH = 17
+WIDTH = 19
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
 
 
@@ -58,6 +59,8 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         on_behalf_of=row[14],
         session=row[15],
         admitted_at=from_micros_or_none(row[16]),
+        spawned_by_execution_id=row[17],
+        spawned_by_step_id=row[18],
     )
 
 
@@ -74,7 +77,7 @@ def insert(conn: sqlite3.Connection, execution: Execution) -> None:
     with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
             f"INSERT INTO executions ({COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 execution.id,
                 execution.agent_id,
@@ -93,6 +96,8 @@ def insert(conn: sqlite3.Connection, execution: Execution) -> None:
                 execution.on_behalf_of,
                 execution.session,
                 to_micros_or_none(execution.admitted_at),
+                execution.spawned_by_execution_id,
+                execution.spawned_by_step_id,
             ),
         )
 
@@ -283,3 +288,57 @@ def delete_session(conn: sqlite3.Connection, session: str, cutoff: datetime) -> 
         (session, session, at, session, session),
     )
     return cursor.rowcount
+
+
+# -- sub-agents (§25) --------------------------------------------------------------------------
+def children(conn: sqlite3.Connection, execution_id: str) -> list[Execution]:
+    """The executions steps of this one started, oldest first."""
+    rows = conn.execute(
+        f"SELECT {COLUMNS} FROM executions WHERE spawned_by_execution_id = ? ORDER BY id",
+        (execution_id,),
+    ).fetchall()
+    return [to_record(row) for row in rows]
+
+
+def unsettled_children(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Ended sub-agents whose step is still executing in a live parent: a lost settlement."""
+    rows = conn.execute(
+        f"""SELECT c.id FROM executions c
+            JOIN executions p ON p.id = c.spawned_by_execution_id
+            JOIN steps s ON s.step_id = c.spawned_by_step_id
+            WHERE c.status IN {_TERMINAL} AND p.status IN {_LIVE} AND s.status = 'executing'
+            ORDER BY c.id LIMIT ?""",
+        (limit,),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def orphans(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Live sub-agents whose parent ended or is gone: a lost cascade."""
+    rows = conn.execute(
+        f"""SELECT c.id FROM executions c
+            LEFT JOIN executions p ON p.id = c.spawned_by_execution_id
+            WHERE c.spawned_by_execution_id IS NOT NULL AND c.status IN {_LIVE}
+                AND (p.id IS NULL OR p.status IN {_TERMINAL})
+            ORDER BY c.id LIMIT ?""",
+        (limit,),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def stalled(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Blocked executions that nothing holds up any more: no step awaits an approval and no
+    executing step waits for a live sub-agent."""
+    rows = conn.execute(
+        f"""SELECT e.id FROM executions e
+            WHERE e.status = 'blocked'
+                AND NOT EXISTS (SELECT 1 FROM steps s
+                    WHERE s.execution_id = e.id AND s.status = 'awaiting_approval')
+                AND NOT EXISTS (SELECT 1 FROM executions c
+                    JOIN steps s ON s.step_id = c.spawned_by_step_id
+                    WHERE c.spawned_by_execution_id = e.id AND c.status IN {_LIVE}
+                        AND s.status = 'executing')
+            ORDER BY e.id LIMIT ?""",
+        (limit,),
+    ).fetchall()
+    return [str(row[0]) for row in rows]

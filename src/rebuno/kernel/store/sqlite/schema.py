@@ -152,7 +152,8 @@ _AGENT_INSTANCES = (
 
 # An execution's origin (§27): its idempotency key (one execution per agent and key), the
 # completed execution it continues, who created it and for whom, and the `state` it was
-# completed with; the session it is a turn of and when it was admitted (§24). Rows older than
+# completed with; the session it is a turn of and when it was admitted (§24); the execution
+# and step that started it as a sub-agent (§25). Rows older than
 # these columns read `unknown` as their creator.
 _EXECUTION_ORIGIN = (
     "ALTER TABLE executions ADD COLUMN idempotency_key TEXT",
@@ -162,6 +163,12 @@ _EXECUTION_ORIGIN = (
     "ALTER TABLE executions ADD COLUMN state TEXT",
     "ALTER TABLE executions ADD COLUMN session TEXT",
     "ALTER TABLE executions ADD COLUMN admitted_at INTEGER",
+    "ALTER TABLE executions ADD COLUMN spawned_by_execution_id TEXT",
+    "ALTER TABLE executions ADD COLUMN spawned_by_step_id TEXT",
+    """CREATE UNIQUE INDEX executions_spawned_by_step ON executions (spawned_by_step_id)
+        WHERE spawned_by_step_id IS NOT NULL""",
+    """CREATE INDEX executions_spawned_by ON executions (spawned_by_execution_id)
+        WHERE spawned_by_execution_id IS NOT NULL""",
     "CREATE INDEX executions_session ON executions (session, id) WHERE session IS NOT NULL",
     """CREATE UNIQUE INDEX executions_session_holder ON executions (session)
         WHERE session IS NOT NULL AND admitted_at IS NOT NULL

@@ -36,6 +36,7 @@ from rebuno.kernel.store.base import (
     ClaimedDispatch,
     Completion,
     ExecutionFilter,
+    LineageRepairs,
     Page,
     Stale,
     Store,
@@ -498,6 +499,12 @@ class SqliteStore:
     async def list_expired_sessions(self, cutoff: datetime, limit: int) -> list[str]:
         return self._read(executions.expired_sessions, cutoff, limit)
 
+    async def list_children(self, execution_id: str) -> list[Execution]:
+        return self._read(executions.children, execution_id)
+
+    async def list_lineage_repairs(self, limit: int) -> LineageRepairs:
+        return self._read(_lineage_repairs, limit)
+
     async def delete_terminal_before(self, cutoff: datetime) -> int:
         total = 0
         while True:
@@ -547,3 +554,11 @@ def _select_one(conn: sqlite3.Connection) -> None:
 def _conforms(path: str) -> Store:
     """Never called: makes mypy check `SqliteStore` against the `Store` protocol."""
     return SqliteStore(path)
+
+
+def _lineage_repairs(conn: sqlite3.Connection, limit: int) -> LineageRepairs:
+    return LineageRepairs(
+        unsettled=executions.unsettled_children(conn, limit),
+        orphans=executions.orphans(conn, limit),
+        stalled=executions.stalled(conn, limit),
+    )

@@ -99,6 +99,9 @@ class SqliteTransaction:
     async def admit(self, execution_id: str, now: datetime, parent: str | None) -> None:
         self._run(executions.admit, execution_id, now, parent)
 
+    async def list_children(self, execution_id: str) -> list[Execution]:
+        return self._run(executions.children, execution_id)
+
     async def delete_expired_session(self, session: str, cutoff: datetime) -> int:
         return self._run(executions.delete_session, session, cutoff)
 

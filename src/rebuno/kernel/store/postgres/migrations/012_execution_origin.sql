@@ -3,6 +3,7 @@
 -- whom, and the `state` its agent completed it with, which only the next execution reads.
 -- Sessions (§24): the conversation it is a turn of, and when it was admitted; at most one
 -- admitted execution of a session is live at a time, which the partial unique index backs.
+-- Sub-agents (§25): the execution and step that started it; a step starts at most one.
 -- Rows older than these columns were created by someone no longer known: `unknown`.
 -- The parent carries no foreign key: a dangling id is still informative, and retention keeps
 -- every parent a retained execution names.
@@ -13,7 +14,9 @@ ALTER TABLE executions
     ADD COLUMN on_behalf_of text,
     ADD COLUMN state text,
     ADD COLUMN session text,
-    ADD COLUMN admitted_at timestamptz;
+    ADD COLUMN admitted_at timestamptz,
+    ADD COLUMN spawned_by_execution_id text,
+    ADD COLUMN spawned_by_step_id text;
 CREATE UNIQUE INDEX executions_idempotency ON executions (agent_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX executions_parent ON executions (parent_execution_id)
@@ -22,4 +25,8 @@ CREATE INDEX executions_session ON executions (session, id) WHERE session IS NOT
 CREATE UNIQUE INDEX executions_session_holder ON executions (session)
     WHERE session IS NOT NULL AND admitted_at IS NOT NULL
         AND status IN ('pending', 'running', 'blocked');
+CREATE UNIQUE INDEX executions_spawned_by_step ON executions (spawned_by_step_id)
+    WHERE spawned_by_step_id IS NOT NULL;
+CREATE INDEX executions_spawned_by ON executions (spawned_by_execution_id)
+    WHERE spawned_by_execution_id IS NOT NULL;
 ALTER TABLE approvals ADD COLUMN asserted_by text;
