@@ -1,7 +1,8 @@
 """Rebuno: durable execution for AI agents. These are the SDK's public names.
 
 Write an agent with `Agent`, `tool`, `wrap_tool`, `step` and `http_client` (a handler may
-return a `Result` with the `state` the next execution reads through `previous`); drive
+return a `Result` with the `state` the next execution reads through `previous`, and a tool
+may run another agent with `subagent`); drive
 executions with `Client`. `rebuno.types` holds the models, `rebuno.mcp` the MCP tool wrappers.
 """
 
@@ -29,6 +30,7 @@ from rebuno.sdk.errors import (
 )
 from rebuno.sdk.llm import RebunoTransport, http_client
 from rebuno.sdk.steps import step
+from rebuno.sdk.subagent import subagent
 from rebuno.sdk.tools import tool, wrap_tool
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "previous",
     "raise_for_refusal",
     "step",
+    "subagent",
     "tool",
     "types",
     "wrap_tool",

@@ -57,6 +57,8 @@ _Key = tuple[str, str, str]
 """A step's kind, target and hash of canonical args: what its occurrence counts."""
 
 _current: ContextVar[ExecutionContext | None] = ContextVar("rebuno_execution", default=None)
+_current_step: ContextVar[str | None] = ContextVar("rebuno_step", default=None)
+"""The id of the recorded step whose body the current code runs in (for `subagent`)."""
 _background: set[asyncio.Task[None]] = set()
 
 
@@ -106,6 +108,16 @@ class ExecutionContext:
         self._carried_bytes = 0
         self._carry_flush: asyncio.TimerHandle | None = None
         self._carried_at = 0.0
+        self._bodies = 0
+        """Step bodies running now, and how many of them wait for a sub-agent."""
+        self._waiting_bodies = 0
+        self._suspension: asyncio.Future[bool] | None = None
+        """The answer of the one suspend every waiting body shares."""
+
+    @property
+    def kernel_url(self) -> str:
+        """The kernel this execution's agent talks to."""
+        return self._kernel.base_url
 
     async def previous(self) -> Any:
         """What this execution continues from: the `state` the execution before it in its
@@ -383,6 +395,8 @@ class ExecutionContext:
     async def _run_body(
         self, step_id: str, target: str, run: Callable[[], Any] | None, idempotency: str
     ) -> Any:
+        token = _current_step.set(step_id)
+        self._bodies += 1
         try:
             result = await _call(run)
             recorded = _recorded(result)
@@ -394,8 +408,49 @@ class ExecutionContext:
         except Exception as exc:
             await self._fail_quietly(step_id, exc)
             raise ToolError(str(exc) or type(exc).__name__, target, step_id) from exc
+        finally:
+            _current_step.reset(token)
+            self._bodies -= 1
+            self._suspend_when_all_wait()
         await self._record(step_id, recorded, idempotency)
         return result
+
+    async def await_subagent(self, step_id: str) -> Any:
+        """Waits for the sub-agent the step `step_id` started (§25.8): once every step body
+        in flight waits for one, a single suspend asks the kernel to block the execution.
+        Blocked: the dispatch unwinds, and the rerun after the children ended replays the
+        step. Not blocked (they ended already): the step's recorded outcome."""
+        self._waiting_bodies += 1
+        try:
+            if self._suspension is None:
+                self._suspension = asyncio.get_running_loop().create_future()
+            suspension = self._suspension
+            self._suspend_when_all_wait()
+            suspended = await asyncio.shield(suspension)
+        finally:
+            self._waiting_bodies -= 1
+        if suspended:
+            raise self._remember(Blocked())
+        step = await self._guard(self._kernel.get_step(self.id, step_id))
+        error = step.get("error")
+        if error is not None:
+            message = error.get("message") or error.get("reason") if isinstance(error, dict) else ""
+            raise ToolError(str(message or error), step.get("target", ""), step_id)
+        return step.get("result")
+
+    def _suspend_when_all_wait(self) -> None:
+        suspension = self._suspension
+        if suspension is None or suspension.done() or self._waiting_bodies < self._bodies:
+            return
+        self._suspension = None
+        if self.signal is not None:  # the dispatch unwinds already: nothing to ask
+            suspension.set_result(isinstance(self.signal, Blocked))
+            return
+        task = asyncio.ensure_future(self._suspend())
+        task.add_done_callback(lambda done: _settle(suspension, done))
+
+    async def _suspend(self) -> bool:
+        return await self._guard(self._kernel.suspend(self.id, self._lease))
 
     async def _fail_quietly(self, step_id: str, exc: Exception) -> None:
         error = _error_of(exc)
@@ -463,6 +518,22 @@ def execution() -> ExecutionContext:
     if context is None:
         raise RuntimeError("no active rebuno execution: call this inside an agent handler")
     return context
+
+
+def _settle(future: asyncio.Future[bool], done: asyncio.Future[bool]) -> None:
+    if future.done():
+        return
+    if done.cancelled():
+        future.cancel()
+    elif (exc := done.exception()) is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(done.result())
+
+
+def current_step() -> str | None:
+    """The id of the recorded step whose body is running, or None."""
+    return _current_step.get()
 
 
 async def previous() -> Any:

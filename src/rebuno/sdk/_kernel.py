@@ -81,6 +81,10 @@ class KernelClient:
         self._timeout = timeout
         self._pool: Pool | None = None
 
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
     async def aclose(self) -> None:
         if self._pool is not None:
             pool, self._pool = self._pool, None
@@ -94,6 +98,19 @@ class KernelClient:
     async def get_execution(self, execution_id: str) -> Execution:
         response = await self._send("GET", f"/v0/executions/{segment(execution_id)}")
         return Execution.model_validate_json(response.body)
+
+    async def suspend(self, execution_id: str, lease: Lease) -> bool:
+        """Blocks the execution while a step waits (docs/protocol.md §25.3); whether it did."""
+        response = await self._send(
+            "POST", f"/v0/executions/{segment(execution_id)}/suspend", b"", lease
+        )
+        return bool(json.loads(response.body)["suspended"])
+
+    async def get_step(self, execution_id: str, step_id: str) -> dict[str, Any]:
+        path = f"/v0/executions/{segment(execution_id)}/steps/{segment(step_id)}"
+        response = await self._send("GET", path)
+        step: dict[str, Any] = json.loads(response.body)
+        return step
 
     async def previous_state(self, execution_id: str) -> Any:
         """What the execution continues from (docs/protocol.md §24.5), JSON-decoded."""
