@@ -1,6 +1,7 @@
-"""A conversation written against the official Rebuno Python SDK 0.29.2, run unchanged against
-our kernel. `agent URL PORT` serves an agent whose handler counts turns through `previous()`
-and `Result(output, state)`; `create URL` makes three turns of one session with the SDK's
+"""A conversation and a sub-agent written against the official Rebuno Python SDK 0.29.2, run
+unchanged against our kernel. `agent URL PORT [NAME]` serves `chat` (its handler counts turns
+through `previous()` and `Result(output, state)`), `parent` (a tool runs `child` through
+`subagent()`) or `child`; `create URL` makes three turns of one session with the SDK's
 `Client` (the first twice, under one idempotency key) and prints their ids; `read URL IDS...`
 prints them as the SDK's models parse them.
 """
@@ -11,13 +12,26 @@ import sys
 from typing import Any
 
 import rebuno
-from rebuno import Agent, Client, Result
+from rebuno import Agent, Client, Result, tool
 
 
 async def chat(message: str) -> Result:
     before = await rebuno.previous() or {}
     turns = before.get("turns", 0) + 1
     return Result(output={"reply": message.upper(), "turns": turns}, state={"turns": turns})
+
+
+@tool
+async def research(topic: str) -> Any:
+    return await rebuno.subagent("child", {"topic": topic})
+
+
+async def parent(topic: str) -> dict[str, Any]:
+    return {"report": await research(topic)}
+
+
+async def child(topic: str) -> dict[str, str]:
+    return {"found": topic.upper()}
 
 
 async def converse(url: str) -> list[str]:
@@ -44,8 +58,10 @@ async def read(url: str, ids: list[str]) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     if sys.argv[1] == "agent":
-        Agent("chat", secret="chat-secret", base_url=sys.argv[2]).run(
-            chat, host="127.0.0.1", port=int(sys.argv[3])
+        handlers = {"chat": chat, "parent": parent, "child": child}
+        name = sys.argv[4] if len(sys.argv) > 4 else "chat"
+        Agent(name, secret="chat-secret", base_url=sys.argv[2]).run(
+            handlers[name], host="127.0.0.1", port=int(sys.argv[3])
         )
     elif sys.argv[1] == "create":
         print(json.dumps(asyncio.run(converse(sys.argv[2]))))

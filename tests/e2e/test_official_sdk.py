@@ -120,3 +120,43 @@ def test_official_sdk_holds_a_conversation_in_a_session(tmp_path: Path) -> None:
     assert turns[0]["idempotency_key"] == "turn-1"
     assert [t["parent_execution_id"] for t in turns[1:]] == [ids[0], ids[1]]
     assert {t["created_by"] for t in turns} == {"anonymous"}
+
+
+def test_official_sdk_runs_a_sub_agent(tmp_path: Path) -> None:
+    """SDK 0.29.2's `subagent()`: a tool creates the child, suspends, and after the child
+    completes the rerun replays the step with the child's output."""
+    python = official_sdk_python("0.29.2")
+    ports = {name: free_port() for name in ("parent", "child")}
+    path = tmp_path / "rebuno.yaml"
+    path.write_text(
+        "agents:\n"
+        + "".join(
+            f"  - id: {name}\n"
+            f"    webhook_url: http://127.0.0.1:{port}/webhook\n"
+            "    secret: chat-secret\n"
+            for name, port in ports.items()
+        )
+    )
+    kernel = Kernel(tmp_path / "kernel.db", path, tmp_path / "kernel.log")
+    agents = [
+        Process(
+            [str(python), str(CHAT_SCRIPT), "agent", kernel.url, str(port), name],
+            tmp_path / f"{name}.log",
+            {"REBUNO_URL": kernel.url},
+        )
+        for name, port in ports.items()
+    ]
+    try:
+        created = kernel.post("/v0/executions", {"agent_id": "parent", "input": {"topic": "x"}})
+        done = kernel.wait_for_status(created["id"], {"completed", "failed"}, 60)
+        events = kernel.get(f"/v0/executions/{created['id']}/events")
+    finally:
+        for agent in agents:
+            agent.stop()
+        kernel.stop()
+
+    assert done["status"] == "completed", (done, [a.output() for a in agents], kernel.output())
+    assert done["output"] == {"report": {"found": "X"}}
+    types = [event["type"] for event in events]
+    assert "execution.blocked" in types
+    assert types.count("execution.resumed") == 1
