@@ -68,6 +68,8 @@ class Execution(_Model):
     session: str = ""
     admitted_at: str = ""
     """Empty while the execution waits for its session's earlier turns to end."""
+    forked_from: str = ""
+    fork_seq: int = 0
     spawned_by: SpawnedBy | None = None
 
 

@@ -96,3 +96,26 @@ async def test_the_turns_of_a_session_run_in_order_and_carry_state(harness: Harn
     assert all(d.admitted_at for d in done)
     page = await harness.client.list(session="s-1")
     assert [e.id for e in page.executions] == ids[::-1]
+
+
+async def test_a_fork_replays_the_prefix_and_runs_the_rest(harness: Harness) -> None:
+    runs: list[str] = []
+
+    @rebuno.tool
+    async def note(name: str) -> str:
+        runs.append(name)
+        return name
+
+    async def handler() -> list[str]:
+        return [await note("first"), await note("second")]
+
+    async with harness.serve("forked", handler):
+        source = await harness.run("forked")
+        events = await harness.client.events(source.id)
+        first_done = next(e.event_seq for e in events if e.type == "step.succeeded")
+        fork = await harness.client.fork(source.id, at_seq=first_done)
+        done = await harness.client.wait(fork.id, timeout=20)
+
+    assert fork.forked_from == source.id and fork.fork_seq == first_done
+    assert done.output == ["first", "second"]
+    assert runs == ["first", "second", "second"]  # the fork replayed the first

@@ -38,6 +38,9 @@ EXPECTED_ALL = {
     "LeaseSuperseded",
     "failure_reason",
     "raise_for_refusal",
+    "Result",
+    "previous",
+    "subagent",
 }
 
 SIGNATURES = {
@@ -49,7 +52,11 @@ SIGNATURES = {
     "Agent.close": "(self)",
     "Client": "(base_url=None, api_key=None, *, timeout=35.0)",
     "Client.close": "(self)",
-    "Client.create": "(self, agent_id, input=None)",
+    "Client.create": "(self, agent_id, input=None, *, session='', parent_execution_id='', "
+    "idempotency_key='', spawned_by=None, on_behalf_of='')",
+    "Client.fork": "(self, execution_id, *, at_seq, session='', policy_bundle='')",
+    "subagent": "(agent_id, input=None, *, session='', client=None)",
+    "previous": "()",
     "Client.get": "(self, execution_id)",
     "Client.cancel": "(self, execution_id)",
     "Client.events": "(self, execution_id, *, after_seq=0, limit=100)",

@@ -13,6 +13,7 @@ class EventType(StrEnum):
     EXECUTION_COMPLETED = "execution.completed"
     EXECUTION_FAILED = "execution.failed"
     EXECUTION_CANCELLED = "execution.cancelled"
+    EXECUTION_FORKED = "execution.forked"
     STEP_PROPOSED = "step.proposed"
     STEP_ALLOWED = "step.allowed"
     STEP_DENIED = "step.denied"

@@ -124,6 +124,21 @@ class Client:
         response = await self._request("POST", "/v0/executions", json=body)
         return Execution.model_validate_json(response.body)
 
+    async def fork(
+        self, execution_id: str, *, at_seq: int, session: str = "", policy_bundle: str = ""
+    ) -> Execution:
+        """A new execution of the same agent and input that replays what `execution_id`
+        recorded up to its event `at_seq` and runs the rest live; in a new `session` if
+        given, and decided by `policy_bundle` (YAML) instead of the source's policy."""
+        body: dict[str, Any] = {"at_seq": at_seq}
+        if session:
+            body["session"] = session
+        if policy_bundle:
+            body["policy_bundle"] = policy_bundle
+        path = f"/v0/executions/{segment(execution_id)}/fork"
+        response = await self._request("POST", path, json=body)
+        return Execution.model_validate_json(response.body)
+
     async def get(self, execution_id: str) -> Execution:
         """The execution's current state."""
         response = await self._request("GET", f"/v0/executions/{segment(execution_id)}")

@@ -71,6 +71,8 @@ def render_execution(execution: Execution) -> dict[str, Any]:
     if admitted is not None:
         body["admitted_at"] = format_timestamp(admitted)
     _set(body, "spawned_by", spawned_by(execution))
+    _set(body, "forked_from", execution.forked_from)
+    _set(body, "fork_seq", execution.fork_seq)
     return body
 
 

@@ -50,10 +50,12 @@ class EventBatch:
         return self.last_seq + 1
 
     def add(self, event_type: EventType, fields: dict[str, Any]) -> None:
+        self.add_encoded(event_type, encode_payload(fields))
+
+    def add_encoded(self, event_type: str, payload: RawJson) -> None:
+        """An event whose payload is JSON text already (a fork's copy of another log's)."""
         self.last_seq += 1
-        self.events.append(
-            Event(self.execution_id, self.last_seq, event_type, encode_payload(fields), self.now)
-        )
+        self.events.append(Event(self.execution_id, self.last_seq, event_type, payload, self.now))
 
     def execution(self, event_type: EventType, execution: Execution, **extra: Any) -> None:
         """An `execution.*` event; it names the execution's session when it has one (§24.7)."""

@@ -61,6 +61,9 @@ class Execution:
     spawned_by_execution_id: str | None = None
     """A sub-agent's parent (§25): the execution whose step started it, and that step."""
     spawned_by_step_id: str | None = None
+    forked_from: str | None = None
+    """A fork's source (§26), and the source's `event_seq` it was forked at."""
+    fork_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,8 @@ def offered(
         step_records
         and claimed.execution_status is ExecutionStatus.PENDING
         and not claimed.agent.policy_bundle
+        # A fork starts with recorded steps, and may carry a policy of its own (§26).
+        and claimed.execution.forked_from is None
     ):
         offers = (*offers, STEP_RECORDS)
     if step_occurrences:

@@ -11,6 +11,7 @@ from rebuno.kernel.service.agents import AgentUseCases
 from rebuno.kernel.service.approvals import ApprovalUseCases
 from rebuno.kernel.service.base import log
 from rebuno.kernel.service.dispatches import DispatchUseCases
+from rebuno.kernel.service.forks import ForkUseCases
 from rebuno.kernel.service.instances import InstanceUseCases
 from rebuno.kernel.service.lineage import LineageUseCases
 from rebuno.kernel.service.steps import StepUseCases
@@ -25,6 +26,7 @@ class Kernel(
     AgentUseCases,
     DispatchUseCases,
     InstanceUseCases,
+    ForkUseCases,
 ):
     """Every use case of the kernel; each opens exactly one store transaction."""
 

@@ -326,9 +326,12 @@ class Transaction(Protocol):
         ...
 
     # -- writes --------------------------------------------------------------------------
-    async def insert_execution(self, execution: Execution) -> None:
+    async def insert_execution(
+        self, execution: Execution, policy_bundle: str | None = None
+    ) -> None:
         """Raises `NotFound` when the execution's agent is not registered, from this call or
-        from the commit."""
+        from the commit. `policy_bundle`: the execution's own, which its steps are decided
+        by instead of the agent's (a fork's, §26.4)."""
         ...
 
     async def update_execution(self, execution: Execution) -> None:
@@ -418,6 +421,10 @@ class Store(Protocol):
 
     async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
         """The agent's execution created under this idempotency key, if any (§27.1)."""
+        ...
+
+    async def get_own_policy(self, execution_id: str) -> str | None:
+        """The execution's own policy bundle (§26.4), None when its agent's applies."""
         ...
 
     async def get_state(self, execution_id: str) -> RawJson | None:

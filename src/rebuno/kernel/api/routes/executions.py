@@ -16,6 +16,8 @@ from starlette.routing import BaseRoute
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
+    JsonObject,
+    integer_field,
     label_field,
     off_loop,
     parse_object,
@@ -36,6 +38,7 @@ from rebuno.kernel.domain.decision import Carried
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.domain.records import RawJson
 from rebuno.kernel.service.executions import Origin
+from rebuno.kernel.service.forks import ForkRequest
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter
 from rebuno.protocol.enums import ExecutionStatus
@@ -71,6 +74,14 @@ def _create_fields(raw: bytes) -> _Create:
         session=label_field(body, "session"),
         spawned_by=_spawned_by(body.get("spawned_by")),
     )
+
+
+def _at_seq(body: JsonObject) -> int:
+    """§26.2: a JSON integer (not a string, a fraction or a boolean) of at least 1."""
+    number = integer_field(body, "at_seq")
+    if number < 1:
+        raise ValidationFailed("validation error: at_seq must be at least 1")
+    return number
 
 
 def _spawned_by(value: object) -> tuple[str, str] | None:
@@ -118,6 +129,8 @@ class ExecutionRoutes:
             route(one + "/cancel", POST=self.cancel),
             route(one + "/previous", GET=self.previous),
             route(one + "/suspend", POST=self.suspend),
+            route(one + "/fork", POST=self.fork),
+            route(one + "/fork-points", GET=self.fork_points),
             route(one + "/heartbeat", POST=self.heartbeat),
             route(one + "/complete", POST=self.complete),
             route(one + "/fail", POST=self.fail),
@@ -184,6 +197,26 @@ class ExecutionRoutes:
         caller = await self._gate.client_or_agent(request)
         state = await self._kernel.previous_state(execution_id(request), caller.agent_id)
         return json_response({"state": orjson.Fragment(state)})
+
+    async def fork(self, request: Request) -> Response:
+        """§26.2: `{"at_seq", "session"?, "policy_bundle"?}` → the fork."""
+        body, principal = await self._gate.principal(request)
+        fields = parse_object(body)
+        fork = ForkRequest(
+            at_seq=_at_seq(fields),
+            session=label_field(fields, "session"),
+            policy_bundle=text_field(fields, "policy_bundle") or None,
+            created_by=principal,
+        )
+        return json_response(
+            render_execution(await self._kernel.fork(execution_id(request), fork)), 201
+        )
+
+    async def fork_points(self, request: Request) -> Response:
+        """§26.1: every seq up to the latest is a fork point."""
+        await self._gate.client(request)
+        latest = await self._kernel.fork_points(execution_id(request))
+        return json_response({"latest_seq": latest, "resources": {}, "checkpoints": []})
 
     async def suspend(self, request: Request) -> Response:
         """§25.3: blocks the execution while a step waits; the body is not read."""

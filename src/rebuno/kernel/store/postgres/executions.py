@@ -25,9 +25,9 @@ CORE = (
 CORE_WIDTH = 11
 ORIGIN = (
     "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of, e.session,"
-    " e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id"
+    " e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id, e.forked_from, e.fork_seq"
 )
-ORIGIN_WIDTH = 8
+ORIGIN_WIDTH = 10
 """The origin columns (§27). The reads under the lock (`functions.sql`) return them last, after
 everything a kernel older than them reads by position."""
 COLUMNS = f"{CORE}, {ORIGIN}"
@@ -93,6 +93,8 @@ def from_row(row: Sequence[Any]) -> Execution:
         admitted_at=row[16],
         spawned_by_execution_id=row[17],
         spawned_by_step_id=row[18],
+        forked_from=row[19],
+        fork_seq=row[20],
     )
 
 
@@ -125,6 +127,12 @@ async def find(conn: Executor, agent_id: str, idempotency_key: str) -> Execution
     cur = await conn.execute(_FIND, (agent_id, idempotency_key))
     row = await cur.fetchone()
     return None if row is None else from_row(row)
+
+
+async def get_own_policy(conn: Executor, execution_id: str) -> str | None:
+    """The execution's own policy bundle (§26.4); None when its agent's applies."""
+    found = await _one(conn, "SELECT policy_bundle FROM executions WHERE id = %s", (execution_id,))
+    return None if found is None else str(found)
 
 
 async def get_state(conn: Executor, execution_id: str) -> str | None:

@@ -35,12 +35,12 @@ DECLARE
         'rebuno_load_submission(bigint, text, text, integer, timestamptz, text, text, text, text[])');
 BEGIN
     IF lock_execution IS NOT NULL
-        AND pg_get_function_result(lock_execution) NOT LIKE '%e_spawned_by_step_id%'
+        AND pg_get_function_result(lock_execution) NOT LIKE '%e_fork_seq%'
     THEN
         DROP FUNCTION rebuno_lock_execution(bigint, text, text, integer, timestamptz);
     END IF;
     IF load_submission IS NOT NULL
-        AND pg_get_function_result(load_submission) NOT LIKE '%e_spawned_by_step_id%'
+        AND pg_get_function_result(load_submission) NOT LIKE '%e_fork_seq%'
     THEN
         DROP FUNCTION rebuno_load_submission(
             bigint, text, text, integer, timestamptz, text, text, text, text[]);
@@ -180,11 +180,13 @@ BEGIN
             INSERT INTO executions (id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
                 idempotency_key, parent_execution_id, created_by, on_behalf_of, session,
-                admitted_at, spawned_by_execution_id, spawned_by_step_id)
+                admitted_at, spawned_by_execution_id, spawned_by_step_id, forked_from,
+                fork_seq, policy_bundle)
             SELECT id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
                 idempotency_key, parent_execution_id, COALESCE(created_by, 'unknown'),
-                on_behalf_of, session, admitted_at, spawned_by_execution_id, spawned_by_step_id
+                on_behalf_of, session, admitted_at, spawned_by_execution_id, spawned_by_step_id,
+                forked_from, fork_seq, policy_bundle
             FROM jsonb_populate_record(NULL::executions, op);
         WHEN 'admit_execution' THEN
             -- §24.3: a session's waiter is let run, with the parent chosen for it.
@@ -352,7 +354,7 @@ CREATE OR REPLACE FUNCTION rebuno_load_submission(
     s_started_at timestamptz, s_completed_at timestamptz,
     e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
     e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text
+    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
@@ -369,12 +371,13 @@ BEGIN
     RETURN QUERY
         SELECT 0, e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
-            live, next_occurrence, a.policy_bundle,
+            live, next_occurrence, COALESCE(e.policy_bundle, a.policy_bundle),
             s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,
             s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,
             s.proposed_seq, s.started_at, s.completed_at,
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
-            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id
+            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
+            e.forked_from, e.fork_seq
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
@@ -391,7 +394,7 @@ BEGIN
                 s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
                 s.usage_output, s.proposed_seq, s.started_at, s.completed_at,
                 NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
-                NULL::text, NULL::text
+                NULL::text, NULL::text, NULL::text, NULL::bigint
             FROM steps s WHERE s.step_id = ANY(p_carried);
     END IF;
 END
@@ -410,7 +413,7 @@ CREATE OR REPLACE FUNCTION rebuno_lock_execution(
     lease_live boolean, policy_bundle text,
     e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
     e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text
+    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean := false;
@@ -424,9 +427,10 @@ BEGIN
     RETURN QUERY
         SELECT e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
-            live, a.policy_bundle,
+            live, COALESCE(e.policy_bundle, a.policy_bundle),
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
-            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id
+            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
+            e.forked_from, e.fork_seq
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         WHERE e.id = p_execution;

@@ -212,6 +212,9 @@ class PostgresStore:
     async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
         return await self._read(executions.find, agent_id, idempotency_key)
 
+    async def get_own_policy(self, execution_id: str) -> str | None:
+        return await self._read(executions.get_own_policy, execution_id)
+
     async def get_state(self, execution_id: str) -> RawJson | None:
         return await self._read(executions.get_state, execution_id)
 

@@ -320,8 +320,10 @@ class PostgresTransaction:
         return await self._run(rate_buckets.take, key, max_calls, window_seconds, now)
 
     # -- writes (collected, or queued in order) ------------------------------------------
-    async def insert_execution(self, execution: Execution) -> None:
-        self._writes.add(writes.insert_execution(execution))
+    async def insert_execution(
+        self, execution: Execution, policy_bundle: str | None = None
+    ) -> None:
+        self._writes.add(writes.insert_execution(execution, policy_bundle))
         self._agent = execution.agent_id
 
     async def update_execution(self, execution: Execution) -> None:

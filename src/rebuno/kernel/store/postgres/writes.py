@@ -126,7 +126,7 @@ def update_step(s: Step) -> Op:
     }
 
 
-def insert_execution(e: Execution) -> Op:
+def insert_execution(e: Execution, policy_bundle: str | None = None) -> Op:
     return {
         "op": "insert_execution",
         "id": e.id,
@@ -148,6 +148,9 @@ def insert_execution(e: Execution) -> Op:
         "admitted_at": e.admitted_at,
         "spawned_by_execution_id": e.spawned_by_execution_id,
         "spawned_by_step_id": e.spawned_by_step_id,
+        "forked_from": e.forked_from,
+        "fork_seq": e.fork_seq,
+        "policy_bundle": policy_bundle,
     }
 
 

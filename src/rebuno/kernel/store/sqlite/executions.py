@@ -26,9 +26,9 @@ COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
     " updated_at, deadline_at, last_event_seq,"
     " idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at,"
-    " spawned_by_execution_id, spawned_by_step_id"
+    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq"
 )
-WIDTH = 19
+WIDTH = 21
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
 
 
@@ -61,6 +61,8 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         admitted_at=from_micros_or_none(row[16]),
         spawned_by_execution_id=row[17],
         spawned_by_step_id=row[18],
+        forked_from=row[19],
+        fork_seq=row[20],
     )
 
 
@@ -72,12 +74,14 @@ def get(conn: sqlite3.Connection, execution_id: str) -> Execution:
     return to_record(found)
 
 
-def insert(conn: sqlite3.Connection, execution: Execution) -> None:
+def insert(
+    conn: sqlite3.Connection, execution: Execution, policy_bundle: str | None = None
+) -> None:
     """Raises `NotFound` when the agent is not registered: its foreign key is the check."""
     with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
-            f"INSERT INTO executions ({COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO executions ({COLUMNS}, policy_bundle)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 execution.id,
                 execution.agent_id,
@@ -98,6 +102,9 @@ def insert(conn: sqlite3.Connection, execution: Execution) -> None:
                 to_micros_or_none(execution.admitted_at),
                 execution.spawned_by_execution_id,
                 execution.spawned_by_step_id,
+                execution.forked_from,
+                execution.fork_seq,
+                policy_bundle,
             ),
         )
 
@@ -113,6 +120,13 @@ def find(conn: sqlite3.Connection, agent_id: str, idempotency_key: str) -> Execu
 
 def set_state(conn: sqlite3.Connection, execution_id: str, state: str) -> None:
     conn.execute("UPDATE executions SET state = ? WHERE id = ?", (state, execution_id))
+
+
+def get_own_policy(conn: sqlite3.Connection, execution_id: str) -> str | None:
+    """The execution's own policy bundle (§26.4); None when its agent's applies."""
+    row = conn.execute("SELECT policy_bundle FROM executions WHERE id = ?", (execution_id,))
+    found = row.fetchone()
+    return None if found is None or found[0] is None else str(found[0])
 
 
 def get_state(conn: sqlite3.Connection, execution_id: str) -> str | None:

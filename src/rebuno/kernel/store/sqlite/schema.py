@@ -153,8 +153,8 @@ _AGENT_INSTANCES = (
 # An execution's origin (§27): its idempotency key (one execution per agent and key), the
 # completed execution it continues, who created it and for whom, and the `state` it was
 # completed with; the session it is a turn of and when it was admitted (§24); the execution
-# and step that started it as a sub-agent (§25). Rows older than
-# these columns read `unknown` as their creator.
+# and step that started it as a sub-agent (§25); a fork's source, seq and own bundle (§26).
+# Rows older than these columns read `unknown` as their creator.
 _EXECUTION_ORIGIN = (
     "ALTER TABLE executions ADD COLUMN idempotency_key TEXT",
     "ALTER TABLE executions ADD COLUMN parent_execution_id TEXT",
@@ -165,6 +165,9 @@ _EXECUTION_ORIGIN = (
     "ALTER TABLE executions ADD COLUMN admitted_at INTEGER",
     "ALTER TABLE executions ADD COLUMN spawned_by_execution_id TEXT",
     "ALTER TABLE executions ADD COLUMN spawned_by_step_id TEXT",
+    "ALTER TABLE executions ADD COLUMN forked_from TEXT",
+    "ALTER TABLE executions ADD COLUMN fork_seq INTEGER",
+    "ALTER TABLE executions ADD COLUMN policy_bundle TEXT",
     """CREATE UNIQUE INDEX executions_spawned_by_step ON executions (spawned_by_step_id)
         WHERE spawned_by_step_id IS NOT NULL""",
     """CREATE INDEX executions_spawned_by ON executions (spawned_by_execution_id)

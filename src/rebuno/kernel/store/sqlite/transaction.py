@@ -177,8 +177,10 @@ class SqliteTransaction:
         return self._run(rate_buckets.take, key, max_calls, window_seconds, now)
 
     # -- writes --------------------------------------------------------------------------
-    async def insert_execution(self, execution: Execution) -> None:
-        self._run(executions.insert, execution)
+    async def insert_execution(
+        self, execution: Execution, policy_bundle: str | None = None
+    ) -> None:
+        self._run(executions.insert, execution, policy_bundle)
 
     async def update_execution(self, execution: Execution) -> None:
         self._run(executions.update, execution)
@@ -244,7 +246,7 @@ def _lock_execution(
 
 
 _LOCKED = f"""
-    SELECT {executions.prefixed("e")}, a.policy_bundle
+    SELECT {executions.prefixed("e")}, COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e LEFT JOIN agents a ON a.id = e.agent_id
     WHERE e.id = ?
 """
@@ -298,7 +300,7 @@ def _load_submission(
 # The execution, the lease's occurrence counter for the key and the agent's bundle in one
 # statement. The step is then found by the id its occurrence yields (its primary key).
 _SUBMISSION = f"""
-    SELECT {executions.prefixed("e")}, c.consumed, a.policy_bundle
+    SELECT {executions.prefixed("e")}, c.consumed, COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e
     LEFT JOIN dispatch_step_counters c ON c.dispatch_id = ? AND c.kind = ? AND c.target = ?
         AND c.args_hash = ?

@@ -4,6 +4,8 @@
 -- Sessions (§24): the conversation it is a turn of, and when it was admitted; at most one
 -- admitted execution of a session is live at a time, which the partial unique index backs.
 -- Sub-agents (§25): the execution and step that started it; a step starts at most one.
+-- Forks (§26): the source and the event it was forked at, and the fork's own policy bundle,
+-- which its steps are decided by instead of the agent's.
 -- Rows older than these columns were created by someone no longer known: `unknown`.
 -- The parent carries no foreign key: a dangling id is still informative, and retention keeps
 -- every parent a retained execution names.
@@ -16,7 +18,10 @@ ALTER TABLE executions
     ADD COLUMN session text,
     ADD COLUMN admitted_at timestamptz,
     ADD COLUMN spawned_by_execution_id text,
-    ADD COLUMN spawned_by_step_id text;
+    ADD COLUMN spawned_by_step_id text,
+    ADD COLUMN forked_from text,
+    ADD COLUMN fork_seq bigint,
+    ADD COLUMN policy_bundle text;
 CREATE UNIQUE INDEX executions_idempotency ON executions (agent_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX executions_parent ON executions (parent_execution_id)
