@@ -130,6 +130,8 @@ class Approval(_Model):
     status: str = ""
     message: str = ""
     decided_by: str = ""
+    asserted_by: str = ""
+    """Who granted or denied it, as the kernel authenticated the request."""
     rationale: str = ""
     approvers: list[str] | None = None
     timeout_at: str = ""

@@ -226,6 +226,17 @@ async def test_granted_approval_records_who_and_why(
         "looks safe",
     )
     assert approval["decided_at"].endswith("Z")
+    # §27.2: the principal that made the request, beside the name it gave.
+    assert approval["asserted_by"] == "bootstrap"
+    events = (await client.get(f"/v0/executions/{approval['execution_id']}/events")).json()
+    (decided,) = [e for e in events if e["type"] == "approval.granted"]
+    assert decided["payload"]["asserted_by"] == "bootstrap"
+
+
+async def test_a_pending_approval_names_no_asserter(
+    client: httpx.AsyncClient, approval_id: str
+) -> None:
+    assert "asserted_by" not in (await client.get(f"/v0/approvals/{approval_id}")).json()
 
 
 async def test_deciding_twice_is_a_conflict(client: httpx.AsyncClient, approval_id: str) -> None:

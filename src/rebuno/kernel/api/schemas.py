@@ -134,6 +134,7 @@ def render_approval(approval: Approval) -> dict[str, Any]:
     _set(body, "message", approval.message)
     body["timeout_at"] = format_timestamp(approval.timeout_at)
     _set(body, "decided_by", approval.decided_by)
+    _set(body, "asserted_by", approval.asserted_by)
     _set_time(body, "decided_at", approval)
     _set(body, "rationale", approval.rationale)
     body["created_at"] = format_timestamp(approval.created_at)

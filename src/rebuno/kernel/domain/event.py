@@ -105,6 +105,7 @@ class EventBatch:
         status: str,
         decided_by: str | None = None,
         rationale: str | None = None,
+        asserted_by: str | None = None,
     ) -> None:
         self.add(
             event_type,
@@ -115,5 +116,6 @@ class EventBatch:
                 "status": status,
                 "decided_by": decided_by or None,
                 "rationale": rationale or None,
+                "asserted_by": asserted_by,
             },
         )

@@ -36,11 +36,16 @@ class ApprovalUseCases(ServiceBase):
     async def get_approval(self, approval_id: str) -> Approval:
         return await self.store.get_approval(approval_id)
 
-    async def grant_approval(self, approval_id: str, decided_by: str, rationale: str) -> None:
-        await self._resolve(approval_id, ApprovalStatus.GRANTED, decided_by, rationale)
+    async def grant_approval(
+        self, approval_id: str, decided_by: str, rationale: str, asserted_by: str | None = None
+    ) -> None:
+        """`asserted_by`: the principal of the request (§27.2), beside the name it gave."""
+        await self._resolve(approval_id, ApprovalStatus.GRANTED, decided_by, rationale, asserted_by)
 
-    async def deny_approval(self, approval_id: str, decided_by: str, rationale: str) -> None:
-        await self._resolve(approval_id, ApprovalStatus.DENIED, decided_by, rationale)
+    async def deny_approval(
+        self, approval_id: str, decided_by: str, rationale: str, asserted_by: str | None = None
+    ) -> None:
+        await self._resolve(approval_id, ApprovalStatus.DENIED, decided_by, rationale, asserted_by)
 
     async def expire_approval(self, approval_id: str) -> bool:
         """Background expiry; False when the approval was already resolved."""
@@ -51,7 +56,12 @@ class ApprovalUseCases(ServiceBase):
         return True
 
     async def _resolve(
-        self, approval_id: str, status: ApprovalStatus, decided_by: str, rationale: str
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        decided_by: str,
+        rationale: str,
+        asserted_by: str | None = None,
     ) -> None:
         """A person's decision that arrives at or after `timeout_at` resolves the approval as
         expired, whenever the expiry sweep runs (§15), and is then refused with `Conflict`."""
@@ -65,7 +75,9 @@ class ApprovalUseCases(ServiceBase):
             late = status is not ApprovalStatus.EXPIRED and now >= approval.timeout_at
             if late:
                 status, decided_by, rationale = ApprovalStatus.EXPIRED, "", "timeout"
-            elif status is not ApprovalStatus.EXPIRED:
+            if status is ApprovalStatus.EXPIRED:
+                asserted_by = None  # only a person's decision names who asserted it
+            else:
                 _check_approver(approval, decided_by)
             execution = await tx.get_execution(execution_id)
             if status is ApprovalStatus.EXPIRED and now < approval.timeout_at:
@@ -77,6 +89,7 @@ class ApprovalUseCases(ServiceBase):
                 decided_by=decided_by or None,
                 decided_at=now,
                 rationale=rationale or None,
+                asserted_by=asserted_by,
             )
             await tx.update_approval(resolved)
             metrics.approval_resolved(status, approval.created_at, now)
@@ -87,6 +100,7 @@ class ApprovalUseCases(ServiceBase):
                 status,
                 decided_by=decided_by,
                 rationale=rationale,
+                asserted_by=asserted_by,
             )
             await self._settle_step(tx, approval.step_id, status, rationale, batch)
             # §25.5: it resumes unless another step still waits (an approval, a sub-agent).

@@ -67,17 +67,19 @@ class ApprovalRoutes:
         return json_response(render_approval(approval))
 
     async def grant(self, request: Request) -> Response:
-        body = parse_object(await self._gate.client(request))
+        raw, principal = await self._gate.principal(request)
+        body = parse_object(raw)
         target = approval_id(request)
         await self._kernel.grant_approval(
-            target, text_field(body, "decided_by"), text_field(body, "rationale")
+            target, text_field(body, "decided_by"), text_field(body, "rationale"), principal
         )
         return no_content()
 
     async def deny(self, request: Request) -> Response:
-        body = parse_object(await self._gate.client(request))
+        raw, principal = await self._gate.principal(request)
+        body = parse_object(raw)
         target = approval_id(request)
         await self._kernel.deny_approval(
-            target, text_field(body, "decided_by"), text_field(body, "rationale")
+            target, text_field(body, "decided_by"), text_field(body, "rationale"), principal
         )
         return no_content()

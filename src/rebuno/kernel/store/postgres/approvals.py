@@ -17,16 +17,17 @@ from rebuno.protocol.enums import ApprovalStatus
 
 COLUMNS = (
     "ap.id, ap.step_id, ap.execution_id, ap.status, ap.approvers, ap.message, ap.timeout_at,"
-    " ap.decided_by, ap.decided_at, ap.rationale, ap.created_at"
+    " ap.decided_by, ap.decided_at, ap.rationale, ap.created_at, ap.asserted_by"
 )
 
 _INSERT = """
     INSERT INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at,
-        decided_by, decided_at, rationale, created_at)
-    VALUES (%s, %s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s)
+        decided_by, decided_at, rationale, created_at, asserted_by)
+    VALUES (%s, %s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s)
 """
 _UPDATE = """
-    UPDATE approvals SET status = %s, decided_by = %s, decided_at = %s, rationale = %s
+    UPDATE approvals SET status = %s, decided_by = %s, decided_at = %s, rationale = %s,
+        asserted_by = %s
     WHERE id = %s
 """
 _GET = f"SELECT {COLUMNS} FROM approvals ap WHERE ap.id = %s"
@@ -57,6 +58,7 @@ def from_row(row: Sequence[Any]) -> Approval:
         decided_at=row[8],
         rationale=row[9],
         created_at=row[10],
+        asserted_by=row[11],
     )
 
 
@@ -83,12 +85,15 @@ async def insert(conn: Executor, a: Approval) -> None:
             a.decided_at,
             a.rationale,
             a.created_at,
+            a.asserted_by,
         ),
     )
 
 
 async def update(conn: Executor, a: Approval) -> None:
-    await conn.execute(_UPDATE, (a.status.value, a.decided_by, a.decided_at, a.rationale, a.id))
+    await conn.execute(
+        _UPDATE, (a.status.value, a.decided_by, a.decided_at, a.rationale, a.asserted_by, a.id)
+    )
 
 
 async def pending_for_step(conn: Executor, step_id: str) -> Approval | None:

@@ -25,7 +25,7 @@ from rebuno.protocol.enums import ApprovalStatus
 
 COLUMNS = (
     "id, step_id, execution_id, status, approvers, message, timeout_at, decided_by,"
-    " decided_at, rationale, created_at"
+    " decided_at, rationale, created_at, asserted_by"
 )
 
 
@@ -42,6 +42,7 @@ def to_record(row: tuple[Any, ...]) -> Approval:
         decided_at=from_micros_or_none(row[8]),
         rationale=row[9],
         created_at=from_micros(row[10]),
+        asserted_by=row[11],
     )
 
 
@@ -57,7 +58,7 @@ def insert(conn: sqlite3.Connection, approval: Approval) -> None:
     approvers = None if approval.approvers is None else json.dumps(list(approval.approvers))
     with refusals(f"approval {approval.id}"):
         conn.execute(
-            f"INSERT INTO approvals ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO approvals ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 approval.id,
                 approval.step_id,
@@ -70,19 +71,22 @@ def insert(conn: sqlite3.Connection, approval: Approval) -> None:
                 to_micros_or_none(approval.decided_at),
                 approval.rationale,
                 to_micros(approval.created_at),
+                approval.asserted_by,
             ),
         )
 
 
 def update(conn: sqlite3.Connection, approval: Approval) -> None:
     cursor = conn.execute(
-        """UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?, rationale = ?
+        """UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?, rationale = ?,
+               asserted_by = ?
            WHERE id = ?""",
         (
             approval.status.value,
             approval.decided_by,
             to_micros_or_none(approval.decided_at),
             approval.rationale,
+            approval.asserted_by,
             approval.id,
         ),
     )
