@@ -59,6 +59,21 @@ async def not_a_kernel(scope: dict[str, Any], receive: Receive, send: Send) -> N
     await send({"type": "http.response.body", "body": b"<h1>Not Found</h1>"})
 
 
+async def unwell_kernel(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    """Healthy, but every other answer is a 503, as when the kernel's database is down."""
+    if scope["type"] == "lifespan":
+        await asgi_lifespan(receive, send)
+        return
+    await asgi_body(receive)
+    healthy = scope["path"] == "/v0/health"
+    body = b'{"status": "ok"}' if healthy else b'{"code": "unavailable", "message": "db down"}'
+    headers = [(b"content-type", b"application/json")]
+    await send(
+        {"type": "http.response.start", "status": 200 if healthy else 503, "headers": headers}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "refused a webhook" in r.getMessage()]
 
@@ -218,3 +233,14 @@ def test_run_exits_with_one_line_when_the_kernel_is_unreachable() -> None:
         f"cannot start agent 'a': the kernel at {url} is unreachable: the connection was"
         " refused (is the kernel running, on that port?); check REBUNO_URL or base_url="
     ]
+
+
+async def test_start_up_goes_on_past_a_kernel_that_answers_but_is_unwell(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="rebuno")
+    async with serving(unwell_kernel) as url:
+        answer = await start_up(Agent("a", secret=SECRET, base_url=url))
+
+    assert answer["type"] == "lifespan.startup.complete"
+    assert any(f"the kernel at {url} is unwell" in r.getMessage() for r in caplog.records)
