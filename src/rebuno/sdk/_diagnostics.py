@@ -7,6 +7,7 @@ Imports only the standard library and the SDK's own modules.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -21,7 +22,8 @@ logger = logging.getLogger("rebuno")
 
 CHECK_ENV = "REBUNO_CHECK_KERNEL"
 SECRET_ENV = "REBUNO_AGENT_SECRET"
-CHECK_TIMEOUT_SECONDS = 5.0
+CHECK_TIMEOUT_SECONDS = 10.0
+"""How long the start-up check waits for the kernel's two answers together."""
 _REPORT_EVERY_SECONDS = 60.0
 _PROBED_EXECUTION = "00000000-0000-0000-0000-000000000000"
 """An execution id no kernel gives out: reading it answers `404` once the signature verified."""
@@ -87,6 +89,19 @@ async def check_kernel(kernel: KernelClient) -> str | None:
     stop: that is logged and the agent serves."""
     start = f"cannot start agent {kernel.agent_id!r}"
     where = f"{start}: the kernel at {kernel.base_url}"
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            return await _check(kernel, start, where)
+    except TimeoutError:
+        return (
+            f"{where} is unreachable: it did not answer within {CHECK_TIMEOUT_SECONDS:.0f} s;"
+            " check REBUNO_URL or base_url="
+        )
+    except ValueError as exc:  # a URL no connection can be made to
+        return f"{where} cannot be reached: {exc}; check REBUNO_URL or base_url="
+
+
+async def _check(kernel: KernelClient, start: str, where: str) -> str | None:
     try:
         health = await kernel.health()
     except NetworkError as exc:
