@@ -14,7 +14,7 @@ from typing import Any
 
 from rebuno.cli.admin import AdminClient, AgentInfo, InputError
 from rebuno.cli.render import Output, age, one_line
-from rebuno.protocol.events import EventType
+from rebuno.protocol.events import LEASE_EXPIRED, EventType
 from rebuno.sdk.errors import APIError, NetworkError, RebunoError
 from rebuno.types import Approval, Event, Execution
 
@@ -25,6 +25,9 @@ _EVENTS_PAGE = 1000
 _TERMINAL_EVENTS = frozenset(
     {EventType.EXECUTION_COMPLETED, EventType.EXECUTION_FAILED, EventType.EXECUTION_CANCELLED}
 )
+_DELIVERY_EVENTS = frozenset({EventType.DISPATCH_ACKED, EventType.DISPATCH_FAILED})
+DISPATCH_EXHAUSTED = "dispatch_exhausted"
+"""The failure reason of an execution whose delivery attempts ran out (§12.6)."""
 _EVENT_STYLE = {
     "completed": "green",
     "succeeded": "green",
@@ -123,6 +126,23 @@ async def show_execution(client: AdminClient, out: Output, ident: str) -> None:
         out.json_value(_dump(execution))
         return
     describe_execution(out, execution)
+    if execution.failure_reason == DISPATCH_EXHAUSTED:
+        last = await _last_delivery(client, execution.id)
+        if last is not None:
+            out.field("last delivery", _dispatch_summary(last))
+
+
+async def _last_delivery(client: AdminClient, execution_id: str) -> dict[str, Any] | None:
+    """The payload of the execution's last `dispatch.acked` or `dispatch.failed`: what became
+    of the last delivery before its attempts ran out."""
+    last: dict[str, Any] | None = None
+    after_seq = 0
+    while page := await client.events(execution_id, after_seq=after_seq, limit=_EVENTS_PAGE):
+        for event in page:
+            if event.type in _DELIVERY_EVENTS and isinstance(event.payload, dict):
+                last = event.payload
+        after_seq = page[-1].event_seq
+    return last
 
 
 def describe_execution(out: Output, execution: Execution) -> None:
@@ -188,9 +208,14 @@ def _print_event(out: Output, event: Event, *, details: bool = True) -> None:
     out.line(f"{event.event_seq:>4}  {clock}  {name}  {summary}".rstrip())
 
 
+_REDELIVERIES = {LEASE_EXPIRED: "redelivered: the previous attempt's lease expired"}
+
+
 def _event_summary(payload: Any) -> str:
     if not isinstance(payload, dict):
         return ""
+    if "dispatch_id" in payload:
+        return _dispatch_summary(payload)
     parts = [str(payload[key]) for key in ("target", "reason", "decided_by") if payload.get(key)]
     if payload.get("rule_id"):
         parts.append(f"rule={payload['rule_id']}")
@@ -198,6 +223,16 @@ def _event_summary(payload: Any) -> str:
         parts.append(f"attempt={payload['attempt']}")
     if "output" in payload:
         parts.append(one_line(payload["output"], 80))
+    return "  ".join(parts)
+
+
+def _dispatch_summary(payload: dict[str, Any]) -> str:
+    """`attempt=N`, then why the delivery failed, then why it was a redelivery."""
+    parts = [f"attempt={payload.get('attempt')}"]
+    if payload.get("reason"):
+        parts.append(one_line(payload["reason"], 200))
+    if redelivery := payload.get("redelivery"):
+        parts.append(_REDELIVERIES.get(str(redelivery), f"redelivery={one_line(redelivery, 40)}"))
     return "  ".join(parts)
 
 
