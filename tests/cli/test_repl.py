@@ -125,7 +125,7 @@ def test_an_approval_granted_from_the_repl_lets_the_execution_finish(session: Se
     granted = session.run(f"approval grant {approvals[0]['id'][:24]} --by alice")
     watched = session.run(f"exec watch {execution_id}")
 
-    assert "run a shell command?" in listed
+    assert "shell_exec" in listed and '{"command": "ls"}' in listed
     assert f"granted {approvals[0]['id']}" in granted
     assert 'output: {"ran": "ran ls"}' in watched
 
