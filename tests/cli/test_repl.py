@@ -126,10 +126,14 @@ def test_an_approval_granted_from_the_repl_lets_the_execution_finish(session: Se
 
     poll_until(requested, 20, "the approval request")
     listed = session.run("approvals")
+    shown = session.run(f"approvals get {approvals[0]['id'][:24]}")
     granted = session.run(f"approval grant {approvals[0]['id'][:24]} --by alice")
     watched = session.run(f"exec watch {execution_id}")
+    step = session.run(f"exec step {execution_id} {approvals[0]['step_id'][:12]}")
 
     assert "shell_exec" in listed and '{"command": "ls"}' in listed
+    assert "rule: review-shell" in shown and '"command": "ls"' in shown
+    assert "status: succeeded" in step and '"ran ls"' in step
     assert f"granted {approvals[0]['id']}" in granted
     assert 'output: {"ran": "ran ls"}' in watched
 

@@ -125,9 +125,8 @@ def _decision_fields(out: Output, approval: Approval) -> None:
 async def _rule_of(client: AdminClient, approval: Approval) -> str:
     """The rule that required the approval, from its step's `step.awaiting_approval` event."""
     after_seq = 0
-    while page := await client.events(
-        approval.execution_id, after_seq=after_seq, limit=EVENTS_PAGE
-    ):
+    while True:
+        page = await client.events(approval.execution_id, after_seq=after_seq, limit=EVENTS_PAGE)
         for event in page:
             payload = event.payload if isinstance(event.payload, dict) else {}
             if (
@@ -135,8 +134,9 @@ async def _rule_of(client: AdminClient, approval: Approval) -> str:
                 and payload.get("step_id") == approval.step_id
             ):
                 return str(payload.get("rule_id") or "")
+        if len(page) < EVENTS_PAGE:
+            return ""
         after_seq = page[-1].event_seq
-    return ""
 
 
 async def decide_approval(
