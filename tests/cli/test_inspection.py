@@ -7,11 +7,55 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
+
+import httpx
 
 from tests.cli.conftest import Stack
 from tests.cli.harness import CLI, child_env, rebuno, rebuno_json
-from tests.cli.test_commands import create, pending_approval, wait_for_status
 from tests.support import poll_until
+
+# The runs are set up and decided over HTTP, so that only the command under test is a process.
+
+
+def create(stack: Stack, agent_id: str, input_json: str) -> str:
+    body = {"agent_id": agent_id, "input": json.loads(input_json)}
+    created = httpx.post(f"{stack.url}/v0/executions", json=body, timeout=10)
+    assert created.status_code == 201, created.text
+    execution_id: str = created.json()["id"]
+    return execution_id
+
+
+def wait_for_status(stack: Stack, execution_id: str, status: str) -> None:
+    def reached() -> bool:
+        found = httpx.get(f"{stack.url}/v0/executions/{execution_id}", timeout=10).json()
+        return bool(found["status"] == status)
+
+    poll_until(reached, 30, f"execution {execution_id} to be {status}")
+
+
+def pending_approval(stack: Stack, execution_id: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    def requested() -> bool:
+        query = {"execution_id": execution_id}
+        found[:] = httpx.get(f"{stack.url}/v0/approvals", params=query, timeout=10).json()
+        return bool(found)
+
+    poll_until(requested, 30, f"the approval of {execution_id}")
+    wait_for_status(stack, execution_id, "blocked")
+    return found[0]
+
+
+def deny(stack: Stack, approval: dict[str, Any]) -> None:
+    body = {"decided_by": "alice", "rationale": "no"}
+    url = f"{stack.url}/v0/approvals/{approval['id']}/deny"
+    assert httpx.post(url, json=body, timeout=10).status_code == 204
+
+
+def grant(stack: Stack, approval: dict[str, Any]) -> None:
+    url = f"{stack.url}/v0/approvals/{approval['id']}/grant"
+    assert httpx.post(url, json={"decided_by": "alice"}, timeout=10).status_code == 204
 
 
 def row_of(output: str, ident: str) -> str:
@@ -96,7 +140,7 @@ def test_approval_get_shows_the_step_arguments_rule_approvers_and_expiry(stack: 
 def test_approval_get_json_adds_the_rule_and_the_step(stack: Stack) -> None:
     execution_id = create(stack, "gated", '{"command": "id"}')
     approval = pending_approval(stack, execution_id)
-    rebuno("approvals", "deny", approval["id"], "--by", "alice", "--rationale", "no", url=stack.url)
+    deny(stack, approval)
 
     shown = rebuno_json("approvals", "get", approval["id"], url=stack.url)
 
@@ -134,7 +178,7 @@ def test_exec_steps_lists_arguments_and_results(stack: Stack) -> None:
 def test_exec_step_by_prefix_shows_a_denied_steps_arguments_and_error(stack: Stack) -> None:
     execution_id = create(stack, "gated", '{"command": "reboot"}')
     approval = pending_approval(stack, execution_id)
-    rebuno("approvals", "deny", approval["id"], "--by", "alice", "--rationale", "no", url=stack.url)
+    deny(stack, approval)
     wait_for_status(stack, execution_id, "completed")
 
     shown = rebuno("exec", "step", execution_id, approval["step_id"][:10], url=stack.url)
@@ -174,7 +218,7 @@ def test_exec_watch_on_a_blocked_run_names_the_approval_to_decide(stack: Stack) 
         try:
             poll_until(lambda: "waiting on approval" in output.read_text(), 20, "the hint")
             approval = pending_approval(stack, execution_id)
-            rebuno("approvals", "grant", approval["id"], "--by", "alice", url=stack.url)
+            grant(stack, approval)
             assert watching.wait(30) == 0, output.read_text()
         finally:
             watching.kill()
@@ -189,7 +233,7 @@ def test_exec_watch_on_a_blocked_run_names_the_approval_to_decide(stack: Stack) 
 def test_exec_watch_of_a_decided_run_names_no_approval(stack: Stack) -> None:
     execution_id = create(stack, "gated", '{"command": "true"}')
     approval = pending_approval(stack, execution_id)
-    rebuno("approvals", "grant", approval["id"], "--by", "alice", url=stack.url)
+    grant(stack, approval)
     wait_for_status(stack, execution_id, "completed")
 
     watched = rebuno("exec", "watch", execution_id, url=stack.url)
