@@ -6,7 +6,10 @@ import importlib
 
 from chaos.result import Scenario
 
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = (
+    "agent_kill",
+    "false_commit",
+)
 
 
 def scenarios(names: list[str] | None = None) -> list[Scenario]:
