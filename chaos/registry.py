@@ -9,6 +9,7 @@ from chaos.result import Scenario
 MODULES: tuple[str, ...] = (
     "agent_kill",
     "false_commit",
+    "duplicate_webhooks",
 )
 
 

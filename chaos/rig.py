@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -65,10 +65,12 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def dev_kernel(workdir: Path, webhook_url: str) -> Kernel:
-    """`rebuno dev` on a fresh SQLite file with short leases and quick retries."""
+def dev_kernel(workdir: Path, webhook_url: str, env: Mapping[str, str] | None = None) -> Kernel:
+    """`rebuno dev` on a fresh SQLite file with short leases and quick retries (`env` may
+    change them)."""
     manifest = write_manifest(workdir / "rebuno.yaml", webhook_url)
-    return Kernel(workdir / "kernel.db", manifest, workdir / "kernel.log", FAST_RECOVERY)
+    settings = {**FAST_RECOVERY, **(env or {})}
+    return Kernel(workdir / "kernel.db", manifest, workdir / "kernel.log", settings)
 
 
 def fast_settings(workdir: Path, webhook_url: str) -> Settings:
