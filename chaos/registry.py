@@ -10,6 +10,7 @@ MODULES: tuple[str, ...] = (
     "agent_kill",
     "false_commit",
     "duplicate_webhooks",
+    "clock_skew",
 )
 
 
