@@ -22,11 +22,10 @@ from typing import Any
 from tests.e2e.processes import free_port
 
 from chaos.result import Result, Scale
-from chaos.rig import TERMINAL, Bodies, Programs, Verdict, dev_kernel, ms
+from chaos.rig import CRASH_POINTS, TERMINAL, Bodies, Programs, Verdict, dev_kernel, ms
 
 NAME = "agent_kill"
 SUMMARY = "the agent SIGKILLed at random points over executions of safe and at-most-once tools"
-WHERE = ("before", "body", "after", "report")
 SEED = 20260701
 
 
@@ -56,7 +55,7 @@ def program(rng: random.Random) -> dict[str, Any]:
             )
         else:
             ops.append({"t": "local", "arg": rng.randint(0, 9)})
-    crash = {"op": rng.randrange(len(ops)), "at": rng.choice(WHERE)}
+    crash = {"op": rng.randrange(len(ops)), "at": rng.choice(CRASH_POINTS)}
     return {"ops": ops, "crash": [crash]}
 
 
@@ -170,7 +169,7 @@ def judge(rig: Programs, ids: list[str], tally: Tally) -> Result:
         executions=len(ids),
         kills=tally.kills,
         interrupted=tally.interrupted,
-        **{f"fired_{where}": tally.fired[where] for where in WHERE},
+        **{f"fired_{where}": tally.fired[where] for where in CRASH_POINTS},
         body_runs=bodies.total,
         safe_reruns=bodies.safe_reruns,
         at_most_once_duplicates=duplicates,

@@ -11,6 +11,7 @@ MODULES: tuple[str, ...] = (
     "false_commit",
     "duplicate_webhooks",
     "clock_skew",
+    "property_replay",
 )
 
 

@@ -38,6 +38,8 @@ from rebuno.kernel.store.sqlite import SqliteStore
 
 AGENT_ID, SECRET = "chaos", "chaos-secret"
 AGENT_SCRIPT = ROOT / "chaos" / "agent.py"
+CRASH_POINTS = ("before", "body", "after", "report")
+"""Where the program agent's crash points kill it (chaos/agent.py)."""
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 STEP_TERMINAL_EVENTS = frozenset({"step.succeeded", "step.failed", "step.denied", "step.cancelled"})
 ONCE_PER_STEP = frozenset(
