@@ -340,13 +340,11 @@ class Bodies:
         a completed step)."""
         misrouted = reruns = 0
         for index, outcome in enumerate(results):
-            misrouted += outcome.get("op") != index
             ran = self.runs.get((execution_id, index), [])
-            if "run" in outcome:
-                if outcome["run"] not in ran:
-                    misrouted += 1
-                else:
-                    reruns += len(ran) - 1 - ran.index(outcome["run"])
+            if outcome.get("op") != index or ("run" in outcome and outcome["run"] not in ran):
+                misrouted += 1
+            elif "run" in outcome:
+                reruns += len(ran) - 1 - ran.index(outcome["run"])
         return Verdict(misrouted, reruns)
 
 
