@@ -25,6 +25,8 @@ for one the kernel refused.
 
 Configured by the environment: `REBUNO_URL`, `REBUNO_AGENT_SECRET`, `AGENT_ID`, `PORT`,
 `LEDGER`, `MARKS`, `ARMED`, `PROVIDER_URL`, `JITTER_MS` (each body sleeps up to that long).
+With `ZYGOTE=1` the process serves nothing itself and forks agent processes on request
+(`zygote`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ import contextvars
 import json
 import os
 import random
+import select
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -146,5 +150,55 @@ async def program(ops: list[dict[str, Any]], crash: list[dict[str, Any]] | None 
     return {"results": results}
 
 
-if __name__ == "__main__":
+def serve() -> None:
     Agent(os.environ["AGENT_ID"]).run(program, host="127.0.0.1", port=int(os.environ["PORT"]))
+
+
+def zygote() -> None:
+    """Starts agent processes on request, each a fork of this one with everything imported,
+    so a restart after a kill costs milliseconds rather than an interpreter's start. Reads
+    `start <0|1> <log path>` lines on stdin and prints `started <pid>`; prints `exited <pid>`
+    once a child has died. Ends at the end of its input, killing the children left."""
+    children: set[int] = set()
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], 0.005)
+        if ready:
+            line = sys.stdin.readline()
+            if not line:
+                break
+            _, armed, log = line.split(maxsplit=2)
+            children.add(fork(armed == "1", log.strip()))
+        while children:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            children.discard(pid)
+            print(f"exited {pid}", flush=True)
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+
+
+def fork(armed: bool, log: str) -> int:
+    pid = os.fork()
+    if pid:
+        print(f"started {pid}", flush=True)
+        return pid
+    global ARMED
+    ARMED = armed
+    random.seed()  # the parent's state would give every child the same delays
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    try:
+        serve()
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    if os.environ.get("ZYGOTE") == "1":
+        zygote()
+    else:
+        serve()

@@ -93,15 +93,13 @@ def wave(rig: Programs, programs: list[dict[str, Any]], tally: Tally) -> list[st
     agent = rig.start_agent(armed=True)
     ids = [rig.create(p) for p in programs]
     deadline = time.monotonic() + 60
-    while agent.proc.poll() is None and rig.unfinished(ids) and time.monotonic() < deadline:
+    while agent.alive() and rig.unfinished(ids) and time.monotonic() < deadline:
         time.sleep(0.02)
-    if agent.proc.poll() is None:  # every program ended before any crash point fired
+    if agent.alive():  # every program ended before any crash point fired
         agent.stop()
         return ids
     crash = [
-        line
-        for line in rig.ledger.lines()
-        if line["ph"] == "crash" and line["pid"] == agent.proc.pid
+        line for line in rig.ledger.lines() if line["ph"] == "crash" and line["pid"] == agent.pid
     ]
     in_flight = rig.unfinished(ids)
     steps = settled(rig, in_flight)
@@ -119,8 +117,8 @@ def wave(rig: Programs, programs: list[dict[str, Any]], tally: Tally) -> list[st
     rig.wait_finished(ids, 60)
     restarted.stop()
     killed_at = crash[0]["t"] if crash else ready_at
-    tally.recovery += recovery(rig, in_flight, restarted.proc.pid, killed_at)
-    tally.redelivery += recovery(rig, in_flight, restarted.proc.pid, ready_at)
+    tally.recovery += recovery(rig, in_flight, restarted.pid, killed_at)
+    tally.redelivery += recovery(rig, in_flight, restarted.pid, ready_at)
     return ids
 
 

@@ -19,10 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
+import httpx
 from tests.e2e.processes import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import (
+    AGENT_ID,
     TERMINAL,
     Bodies,
     InProcessKernel,
@@ -104,17 +106,49 @@ def run(scale: Scale, workdir: Path) -> Result:
     kernel = InProcessKernel(settings, store=cast(Store, wrapper))
     rig = Programs(workdir, kernel.url, port)
     try:
+        wrapper.armed = True
         rig.start_agent()
         started = time.monotonic()
-        ids = [rig.create(program(rng)) for _ in range(count)]
-        wrapper.armed = True
+        unanswered = sum(not created(rig, program(rng)) for _ in range(count))
+        # A create whose answer was lost made its execution all the same: the agent's list
+        # holds every execution, whether its creator learnt the id or not.
+        ids = listed(rig)
         left = rig.wait_finished(ids, 120)
         elapsed = time.monotonic() - started
         wrapper.armed = False
-        return judge(rig, ids, left, wrapper, elapsed)
+        result = judge(rig, ids, left, wrapper, elapsed)
+        result.figures["creates_unanswered"] = unanswered
+        result.expect(len(ids) == count, f"{len(ids)} executions for {count} creates")
+        return result
     finally:
         rig.close()
         kernel.stop()
+
+
+def created(rig: Programs, program: dict[str, Any]) -> bool:
+    """Creates an execution of `program`; False when the kernel answered 500."""
+    try:
+        rig.create(program)
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code != 500:
+            raise
+        return False
+    return True
+
+
+def listed(rig: Programs) -> list[str]:
+    """Every execution of the program agent, paging through the list."""
+    ids: list[str] = []
+    cursor = ""
+    while True:
+        query = f"agent_id={AGENT_ID}&limit=200" + (f"&cursor={cursor}" if cursor else "")
+        response = rig.http.get(f"/v0/executions?{query}")
+        response.raise_for_status()
+        page = response.json()
+        ids += [execution["id"] for execution in page["executions"]]
+        cursor = page.get("next_cursor") or ""
+        if not cursor:
+            return ids
 
 
 def judge(

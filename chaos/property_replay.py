@@ -22,11 +22,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
-from tests.e2e.processes import Process, free_port
+from tests.e2e.processes import free_port
 from tests.sdk.provider import FakeProvider
 
 from chaos.result import Result, Scale
-from chaos.rig import CRASH_POINTS, Bodies, Programs, dev_kernel, stub_model
+from chaos.rig import CRASH_POINTS, Bodies, ForkedAgent, Programs, dev_kernel, stub_model
 
 NAME = "property_replay"
 SUMMARY = "random programs of tool, LLM and local steps, crashed at random points, replayed"
@@ -90,13 +90,13 @@ class Replay:
 
     rig: Programs
     model: FakeProvider
-    agent: Process | None = None
+    agent: ForkedAgent | None = None
     tally: Counter[str] = field(default_factory=Counter)
     broken: list[str] = field(default_factory=list)
 
     def alive_agent(self, armed: bool) -> bool:
         """Starts an agent if none is running; whether it had to."""
-        if self.agent is not None and self.agent.proc.poll() is None:
+        if self.agent is not None and self.agent.alive():
             return False
         self.tally["agent_starts"] += 1
         self.agent = self.rig.start_agent(armed=armed)

@@ -13,7 +13,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -27,7 +30,7 @@ from typing import Any
 import httpx
 import uvicorn
 from bench.stats import percentile
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, free_port
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, free_port
 from tests.sdk.provider import FakeProvider
 from tests.support import poll_until
 
@@ -152,7 +155,8 @@ def stub_model() -> Iterator[tuple[FakeProvider, str]]:
     call's ordinal, so a second real call is told apart from a replay of the first."""
     fake = FakeProvider()
     port = free_port()
-    config = uvicorn.Config(fake, host="127.0.0.1", port=port, log_level="warning", ws="none")
+    # Quiet: a kill mid-request leaves the stub a body cut short, which it logs as an error.
+    config = uvicorn.Config(fake, host="127.0.0.1", port=port, log_level="critical", ws="none")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="stub-model", daemon=True)
     thread.start()
@@ -178,26 +182,92 @@ class Ledger:
         return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
+class Zygote:
+    """The program agent as a zygote (`ZYGOTE=1`, chaos/agent.py): a process with everything
+    imported that forks a fresh agent process on request, so a restart after a kill costs
+    milliseconds, not an interpreter's start on a loaded machine."""
+
+    def __init__(self, env: Mapping[str, str], log: Path) -> None:
+        self._log = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(AGENT_SCRIPT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env={**os.environ, **env, "ZYGOTE": "1"},
+            start_new_session=True,
+            text=True,
+        )
+        self._lock = threading.Lock()
+        self._started: list[int] = []
+        self.exited: set[int] = set()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            what, pid = line.split()
+            with self._lock:
+                (self._started.append if what == "started" else self.exited.add)(int(pid))
+
+    def start(self, armed: bool, log: Path) -> ForkedAgent:
+        assert self.proc.stdin is not None
+        with self._lock:
+            known = len(self._started)
+        self.proc.stdin.write(f"start {int(armed)} {log}\n")
+        self.proc.stdin.flush()
+        poll_until(lambda: len(self._started) > known, 10, "a forked agent")
+        with self._lock:
+            return ForkedAgent(self, self._started[known])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the zygote kills the children left and exits
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._log.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ForkedAgent:
+    zygote: Zygote
+    pid: int
+
+    def alive(self) -> bool:
+        return self.pid not in self.zygote.exited
+
+    def stop(self) -> None:
+        """SIGTERM, and SIGKILL if it has not exited within 15 s."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            try:
+                poll_until(lambda: not self.alive(), 15, f"agent {self.pid} to stop")
+            except AssertionError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+
+
 @dataclass
 class Programs:
-    """Program agents on one loopback port (started one at a time), writing one ledger, and
-    a client of the kernel they run against."""
+    """Program agents on one loopback port (one running at a time), forked by one zygote and
+    writing one ledger, and a client of the kernel they run against."""
 
     workdir: Path
     kernel_url: str
     port: int
     provider_url: str = ""
     jitter_ms: int = 0
-    agents: list[Process] = field(default_factory=list)
+    agents: list[ForkedAgent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.workdir / "ledger.jsonl")
         self.marks = self.workdir / "marks"
         self.marks.mkdir(exist_ok=True)
         self.http = httpx.Client(base_url=self.kernel_url, timeout=10)
-
-    def start_agent(self, armed: bool = False) -> Process:
-        """A program agent, listening once this returns; with `armed`, its crash points fire."""
         env = {
             "REBUNO_URL": self.kernel_url,
             "REBUNO_AGENT_SECRET": SECRET,
@@ -205,14 +275,17 @@ class Programs:
             "PORT": str(self.port),
             "LEDGER": str(self.ledger.path),
             "MARKS": str(self.marks),
-            "ARMED": "1" if armed else "0",
             "PROVIDER_URL": self.provider_url,
             "JITTER_MS": str(self.jitter_ms),
         }
+        self.zygote = Zygote(env, self.workdir / "zygote.log")
+
+    def start_agent(self, armed: bool = False) -> ForkedAgent:
+        """A program agent, listening once this returns; with `armed`, its crash points fire."""
         log = self.workdir / f"agent-{len(self.agents) + 1}.log"
-        agent = Process([sys.executable, str(AGENT_SCRIPT)], log, env)
+        agent = self.zygote.start(armed, log)
         self.agents.append(agent)
-        poll_until(lambda: listening(self.port) or agent.proc.poll() is not None, 30, "agent")
+        poll_until(lambda: listening(self.port) or not agent.alive(), 30, "the agent")
         return agent
 
     def create(self, program: dict[str, Any]) -> str:
@@ -258,6 +331,7 @@ class Programs:
     def close(self) -> None:
         for agent in self.agents:
             agent.stop()
+        self.zygote.close()
         self.http.close()
 
 
