@@ -45,6 +45,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from rebuno import Agent, ToolError, execution, http_client, step, tool
 
 LEDGER = os.open(os.environ["LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -55,6 +57,7 @@ JITTER = float(os.environ.get("JITTER_MS") or 0) / 1000
 REPORT_KILL_MAX = 0.02
 """The longest a `report` crash waits after its call returned, in seconds."""
 
+_MODEL: httpx.AsyncClient | None = None
 CURRENT_OP: contextvars.ContextVar[int] = contextvars.ContextVar("chaos_op")
 CRASHES: dict[str, set[tuple[int, str]]] = {}
 """The crash points of each execution this process runs."""
@@ -126,12 +129,20 @@ async def run_op(execution_id: str, index: int, op: dict[str, Any]) -> dict[str,
     return dict(outcome) if isinstance(outcome, dict) else {"op": index, "denied": str(outcome)}
 
 
+def model() -> httpx.AsyncClient:
+    """This process's one client of the stub model: building a client loads TLS settings,
+    which holds up the event loop (and the heartbeats on it) for a while each time."""
+    global _MODEL
+    if _MODEL is None:
+        _MODEL = http_client(timeout=10)
+    return _MODEL
+
+
 async def ask(execution_id: str, index: int) -> dict[str, Any]:
     """One chat completion from the stub model; its reply names the call's ordinal there."""
     prompt = f"{execution_id} {index}"
     body = {"model": "chaos-stub", "messages": [{"role": "user", "content": prompt}]}
-    async with http_client(timeout=10) as http:
-        response = await http.post(f"{PROVIDER_URL}/chat/completions", json=body)
+    response = await model().post(f"{PROVIDER_URL}/chat/completions", json=body)
     response.raise_for_status()
     content: str = response.json()["choices"][0]["message"]["content"]
     return {"op": index, "reply": int(content.split()[1].removeprefix("#"))}
