@@ -21,8 +21,8 @@ from typing import Any
 
 from tests.e2e.processes import free_port
 
-from chaos.result import Result, Scale
-from chaos.rig import CRASH_POINTS, TERMINAL, Bodies, Programs, Verdict, dev_kernel, ms
+from chaos.result import Figure, Result, Scale
+from chaos.rig import CRASH_POINTS, TERMINAL, Bodies, Programs, Verdict, kernel_on, ms
 
 NAME = "agent_kill"
 SUMMARY = "the agent SIGKILLed at random points over executions of safe and at-most-once tools"
@@ -35,7 +35,11 @@ class Size:
     per_wave: int
 
 
-SIZES = {Scale.CI: Size(waves=2, per_wave=8), Scale.FULL: Size(waves=15, per_wave=20)}
+SIZES = {
+    Scale.CI: {"sqlite": Size(waves=2, per_wave=8)},
+    Scale.FULL: {"sqlite": Size(waves=15, per_wave=20), "postgres": Size(waves=5, per_wave=20)},
+}
+"""The waves on each store: 300 executions on SQLite at full scale, and 100 on PostgreSQL."""
 
 
 def program(rng: random.Random) -> dict[str, Any]:
@@ -69,23 +73,47 @@ class Tally:
     redelivery: list[float] = field(default_factory=list)
     """Seconds from the restarted agent listening to its handler running again."""
     fired: Counter[str] = field(default_factory=Counter)
+    ids: list[str] = field(default_factory=list)
+    bodies: Bodies = field(default_factory=Bodies)
+    executions: list[dict[str, Any]] = field(default_factory=list)
+    indeterminate: set[str] = field(default_factory=set)
+
+    def read(self, rig: Programs) -> None:
+        """What the kernel and the ledger hold at the end, read before the kernel stops."""
+        self.bodies = Bodies.of(rig.ledger)
+        for execution_id in self.ids:
+            self.executions.append(rig.execution(execution_id))
+            self.indeterminate |= {
+                s["step_id"]
+                for s in rig.steps(execution_id)
+                if s["status"] == "failed"
+                and (s.get("error") or {}).get("reason") == "indeterminate"
+            }
 
 
 def run(scale: Scale, workdir: Path) -> Result:
-    size = SIZES[scale]
+    result = Result(NAME)
+    for store, size in SIZES[scale].items():
+        folder = workdir / store
+        folder.mkdir()
+        prefix = "" if store == "sqlite" else f"{store}_"
+        judge(on(store, size, folder), result, prefix)
+    return result
+
+
+def on(store: str, size: Size, workdir: Path) -> Tally:
     rng = random.Random(SEED)
     port = free_port()
-    kernel = dev_kernel(workdir, f"http://127.0.0.1:{port}/webhook")
-    rig = Programs(workdir, kernel.url, port, jitter_ms=20)
-    tally = Tally()
-    ids: list[str] = []
-    try:
-        for _ in range(size.waves):
-            ids += wave(rig, [program(rng) for _ in range(size.per_wave)], tally)
-        return judge(rig, ids, tally)
-    finally:
-        rig.close()
-        kernel.stop()
+    with kernel_on(store, workdir, f"http://127.0.0.1:{port}/webhook") as kernel:
+        rig = Programs(workdir, kernel.url, port, jitter_ms=20, headers=kernel.headers)
+        tally = Tally()
+        try:
+            for _ in range(size.waves):
+                tally.ids += wave(rig, [program(rng) for _ in range(size.per_wave)], tally)
+            tally.read(rig)
+        finally:
+            rig.close()
+    return tally
 
 
 def wave(rig: Programs, programs: list[dict[str, Any]], tally: Tally) -> list[str]:
@@ -144,51 +172,49 @@ def recovery(rig: Programs, ids: list[str], pid: int, killed_at: float) -> list[
     return [t - killed_at for t in first.values()]
 
 
-def judge(rig: Programs, ids: list[str], tally: Tally) -> Result:
-    result = Result(NAME)
-    bodies = Bodies.of(rig.ledger)
+def judge(tally: Tally, result: Result, prefix: str) -> None:
+    bodies = tally.bodies
     verdict = Verdict()
     unfinished = failed = 0
-    indeterminate: set[str] = set()
-    for execution_id in ids:
-        execution = rig.execution(execution_id)
+    for execution in tally.executions:
         if execution["status"] != "completed":
             failed += execution["status"] in TERMINAL
             unfinished += execution["status"] not in TERMINAL
             continue
-        verdict += bodies.judge_output(execution_id, execution["output"]["results"])
-        indeterminate |= {
-            s["step_id"]
-            for s in rig.steps(execution_id)
-            if s["status"] == "failed" and (s.get("error") or {}).get("reason") == "indeterminate"
-        }
+        verdict += bodies.judge_output(execution["id"], execution["output"]["results"])
     duplicates = bodies.once_duplicates
-    result.figures.update(
-        executions=len(ids),
-        kills=tally.kills,
-        interrupted=tally.interrupted,
+    figures: dict[str, Figure] = {
+        "executions": len(tally.ids),
+        "kills": tally.kills,
+        "interrupted": tally.interrupted,
         **{f"fired_{where}": tally.fired[where] for where in CRASH_POINTS},
-        body_runs=bodies.total,
-        safe_reruns=bodies.safe_reruns,
-        at_most_once_duplicates=duplicates,
-        completed_reruns=verdict.reruns,
-        misrouted=verdict.misrouted,
-        orphans=len(tally.orphans),
-        indeterminate=len(indeterminate),
-        recovery_p50_ms=ms(tally.recovery, 50),
-        recovery_p99_ms=ms(tally.recovery, 99),
-        redelivery_p50_ms=ms(tally.redelivery, 50),
-        redelivery_p99_ms=ms(tally.redelivery, 99),
-        unfinished=unfinished,
-        failed=failed,
-    )
-    result.expect(duplicates == 0, f"{duplicates} at_most_once effect(s) ran twice")
-    result.expect(verdict.reruns == 0, f"{verdict.reruns} body run(s) after a recorded outcome")
-    result.expect(verdict.misrouted == 0, f"{verdict.misrouted} result(s) not their call's")
+        "body_runs": bodies.total,
+        "safe_reruns": bodies.safe_reruns,
+        "at_most_once_duplicates": duplicates,
+        "completed_reruns": verdict.reruns,
+        "misrouted": verdict.misrouted,
+        "orphans": len(tally.orphans),
+        "indeterminate": len(tally.indeterminate),
+        "recovery_p50_ms": ms(tally.recovery, 50),
+        "recovery_p99_ms": ms(tally.recovery, 99),
+        "redelivery_p50_ms": ms(tally.redelivery, 50),
+        "redelivery_p99_ms": ms(tally.redelivery, 99),
+        "unfinished": unfinished,
+        "failed": failed,
+    }
+    result.figures.update({prefix + key: value for key, value in figures.items()})
+    where = f" ({prefix.rstrip('_')})" if prefix else ""
+    result.expect(duplicates == 0, f"{duplicates} at_most_once effect(s) ran twice{where}")
     result.expect(
-        indeterminate == tally.orphans,
-        f"{len(indeterminate)} indeterminate steps, {len(tally.orphans)} orphaned at_most_once",
+        verdict.reruns == 0, f"{verdict.reruns} body run(s) after a recorded outcome{where}"
     )
-    result.expect(unfinished == 0 and failed == 0, f"{unfinished} unfinished, {failed} failed")
-    result.expect(tally.kills > 0, "no crash point fired")
-    return result
+    result.expect(verdict.misrouted == 0, f"{verdict.misrouted} result(s) not their call's{where}")
+    result.expect(
+        tally.indeterminate == tally.orphans,
+        f"{len(tally.indeterminate)} indeterminate steps, {len(tally.orphans)} orphaned "
+        f"at_most_once{where}",
+    )
+    result.expect(
+        unfinished == 0 and failed == 0, f"{unfinished} unfinished, {failed} failed{where}"
+    )
+    result.expect(tally.kills > 0, f"no crash point fired{where}")

@@ -27,7 +27,7 @@ from chaos.rig import TERMINAL, Bodies, LogFaults, Programs, Verdict, dev_kernel
 NAME = "duplicate_webhooks"
 SUMMARY = "each webhook delivered 2-3 times, concurrently and late"
 SEED = 20260703
-SIZES = {Scale.CI: 12, Scale.FULL: 150}
+SIZES = {Scale.CI: 8, Scale.FULL: 150}
 LATE = (0.05, 2.0)
 """The range a late copy is sent in, seconds after the original."""
 _SKIPPED_HEADERS = frozenset({"host", "content-length", "connection", "transfer-encoding"})

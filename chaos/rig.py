@@ -29,8 +29,9 @@ from typing import Any
 
 import httpx
 import uvicorn
+from bench.processes import fresh_store
 from bench.stats import percentile
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, free_port
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Server, free_port
 from tests.sdk.provider import FakeProvider
 from tests.support import poll_until
 
@@ -76,6 +77,34 @@ def dev_kernel(workdir: Path, webhook_url: str, env: Mapping[str, str] | None = 
     manifest = write_manifest(workdir / "rebuno.yaml", webhook_url)
     settings = {**FAST_RECOVERY, **(env or {})}
     return Kernel(workdir / "kernel.db", manifest, workdir / "kernel.log", settings)
+
+
+@contextlib.contextmanager
+def kernel_on(
+    store: str, workdir: Path, webhook_url: str, env: Mapping[str, str] | None = None
+) -> Iterator[Kernel]:
+    """A kernel with short leases and quick retries on a fresh store: `rebuno dev` on SQLite,
+    or `rebuno server` on a new PostgreSQL database dropped afterwards. Stopped afterwards."""
+    if store == "sqlite":
+        kernel = dev_kernel(workdir, webhook_url, env)
+        try:
+            yield kernel
+        finally:
+            kernel.stop()
+        return
+    manifest = write_manifest(workdir / "rebuno.yaml", webhook_url)
+    with fresh_store("postgres", workdir) as database:
+        server = Server(
+            database.url,
+            "chaos-token",
+            workdir / "kernel.log",
+            manifest=manifest,
+            env={**FAST_RECOVERY, **(env or {})},
+        )
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 def fast_settings(workdir: Path, webhook_url: str) -> Settings:
@@ -201,7 +230,8 @@ class Zygote:
         self._lock = threading.Lock()
         self._started: list[int] = []
         self.exited: set[int] = set()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -228,6 +258,9 @@ class Zygote:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        self._reader.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         self._log.close()
 
 
@@ -261,13 +294,15 @@ class Programs:
     port: int
     provider_url: str = ""
     jitter_ms: int = 0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """What the kernel's client routes need (a bearer token on `rebuno server`)."""
     agents: list[ForkedAgent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.workdir / "ledger.jsonl")
         self.marks = self.workdir / "marks"
         self.marks.mkdir(exist_ok=True)
-        self.http = httpx.Client(base_url=self.kernel_url, timeout=10)
+        self.http = httpx.Client(base_url=self.kernel_url, headers=self.headers, timeout=10)
         env = {
             "REBUNO_URL": self.kernel_url,
             "REBUNO_AGENT_SECRET": SECRET,
