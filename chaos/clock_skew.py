@@ -5,9 +5,11 @@ bounds included, so of each pair of skews (±30 s, ±6 min, or none, on either s
 signatures whose offsets differ by at most 300 s verify and the others are refused with 401.
 
 Each replica gets one delivery (a loopback receiver takes the webhook and keeps its lease);
-then an agent at each skew signs a read, a heartbeat and a step submission under that lease.
-On the replicas off by 30 s a real program agent (whose clock is right) also runs executions
-to their end.
+then an agent at each skew signs a read, a heartbeat and a step submission under that lease,
+and so do agents 295 s and 305 s off the replica's own clock, either way, just inside and just
+outside the window.
+On the replicas off by 30 s (at CI scale, the one ahead) a real program agent, whose clock is
+right, also runs executions to their end.
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ NAME = "clock_skew"
 SUMMARY = "agent and replica clocks off by ±30 s and ±6 min: signatures outside the window refused"
 SKEWS = (0, 30, -30, 360, -360)
 """Seconds an agent's or a replica's clock is ahead of the true time."""
+EDGES = (295, -295, 305, -305)
+"""Offsets from the replica's own clock just inside and just outside the window."""
 REPEATS = {Scale.CI: 1, Scale.FULL: 4}
 RUNS = {Scale.CI: 2, Scale.FULL: 10}
-"""Executions a program agent runs on each replica off by 30 s."""
+PROGRAM_REPLICAS = {Scale.CI: (30,), Scale.FULL: (30, -30)}
+"""The replicas a program agent runs `RUNS` executions on."""
 PROGRAM = {"ops": [{"t": "tool", "name": "a", "once": False, "arg": 1}, {"t": "local", "arg": 2}]}
 
 
@@ -93,6 +98,8 @@ class Tally:
     refused: Counter[tuple[int, int]] = dataclasses.field(default_factory=Counter)
     wrong: list[str] = dataclasses.field(default_factory=list)
     runs: Counter[str] = dataclasses.field(default_factory=Counter)
+    edges: Counter[tuple[int, bool]] = dataclasses.field(default_factory=Counter)
+    """Calls at each edge offset, by whether they were accepted."""
 
 
 def run(scale: Scale, workdir: Path) -> Result:
@@ -101,7 +108,7 @@ def run(scale: Scale, workdir: Path) -> Result:
         folder = workdir / f"replica{replica:+d}"
         folder.mkdir()
         probe(scale, folder, replica, tally)
-        if abs(replica) == 30:
+        if replica in PROGRAM_REPLICAS[scale]:
             programs(scale, folder / "agent", replica, tally)
     return judge(tally)
 
@@ -122,6 +129,9 @@ def probe(scale: Scale, workdir: Path, replica: int, tally: Tally) -> None:
             for skew in SKEWS:
                 for status in agent.calls(lease, skew, n):
                     classify(tally, replica, skew, status)
+            for edge in EDGES:
+                for status in agent.calls(lease, replica + edge, n):
+                    tally.edges[(edge, status < 300)] += 1
     finally:
         agent.close()
         kernel.stop()
@@ -172,6 +182,16 @@ def judge(tally: Tally) -> Result:
     result.figures["accepted"] = sum(tally.accepted.values())
     result.figures["refused"] = sum(tally.refused.values())
     result.figures["wrong"] = len(tally.wrong)
+    inside = [edge for edge in EDGES if abs(edge) <= TIMESTAMP_WINDOW_SECONDS]
+    outside = [edge for edge in EDGES if edge not in inside]
+    wrong_inside = sum(tally.edges[(edge, False)] for edge in inside)
+    wrong_outside = sum(tally.edges[(edge, True)] for edge in outside)
+    result.figures["edge_295s_accepted"] = sum(tally.edges[(edge, True)] for edge in inside)
+    result.figures["edge_295s_refused"] = wrong_inside
+    result.figures["edge_305s_accepted"] = wrong_outside
+    result.figures["edge_305s_refused"] = sum(tally.edges[(edge, False)] for edge in outside)
+    result.expect(wrong_inside == 0, f"{wrong_inside} signature(s) 295 s off refused")
+    result.expect(wrong_outside == 0, f"{wrong_outside} signature(s) 305 s off accepted")
     result.figures["sdk_runs_completed"] = tally.runs["completed"]
     result.figures["sdk_runs_other"] = sum(tally.runs.values()) - tally.runs["completed"]
     for wrong in tally.wrong[:10]:
