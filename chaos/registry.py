@@ -6,7 +6,13 @@ import importlib
 
 from chaos.result import Scenario
 
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = (
+    "agent_kill",
+    "false_commit",
+    "duplicate_webhooks",
+    "clock_skew",
+    "property_replay",
+)
 
 
 def scenarios(names: list[str] | None = None) -> list[Scenario]:

@@ -1,5 +1,6 @@
-"""The REPL of `rebuno dev`, driven in a real pseudo-terminal against a real kernel and real
-agents: it talks to the kernel over HTTP while the kernel keeps serving."""
+"""The REPL of `rebuno dev`, and `rebuno repl` attached to a running kernel, driven in a real
+pseudo-terminal against a real kernel and real agents: it talks to the kernel over HTTP while
+the kernel keeps serving."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import pytest
 
 from tests.cli.conftest import GATED
 from tests.cli.harness import (
+    CLI,
     Process,
     child_env,
     free_port,
     kernel_args,
     start_agent,
+    wait_healthy,
     write_manifest,
 )
 from tests.support import poll_until
@@ -43,11 +46,14 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
     directory = tmp_path_factory.mktemp("repl-agents")
     setup = Agents(free_port(), directory / "rebuno.yaml")
     ports = {"greeter": free_port(), "gated": free_port()}
-    write_manifest(setup.manifest, ports, {"gated": GATED})
+    # `absent` is registered but never started: every delivery to it fails, and is logged.
+    write_manifest(setup.manifest, {**ports, "absent": free_port()}, {"gated": GATED})
     running: list[Process] = []
     try:
         for agent_id, port in ports.items():
-            running.append(start_agent(agent_id, port, setup.url, directory / f"{agent_id}.log"))
+            log = directory / f"{agent_id}.log"
+            # They start before, and outlive, the kernel each test starts on that port.
+            running.append(start_agent(agent_id, port, setup.url, log, REBUNO_CHECK_KERNEL="false"))
         yield setup
     finally:
         for agent in running:
@@ -122,10 +128,14 @@ def test_an_approval_granted_from_the_repl_lets_the_execution_finish(session: Se
 
     poll_until(requested, 20, "the approval request")
     listed = session.run("approvals")
+    shown = session.run(f"approvals get {approvals[0]['id'][:24]}")
     granted = session.run(f"approval grant {approvals[0]['id'][:24]} --by alice")
     watched = session.run(f"exec watch {execution_id}")
+    step = session.run(f"exec step {execution_id} {approvals[0]['step_id'][:12]}")
 
-    assert "run a shell command?" in listed
+    assert "shell_exec" in listed and '{"command": "ls"}' in listed
+    assert "rule: review-shell" in shown and '"command": "ls"' in shown
+    assert "status: succeeded" in step and '"ran ls"' in step
     assert f"granted {approvals[0]['id']}" in granted
     assert 'output: {"ran": "ran ls"}' in watched
 
@@ -189,3 +199,77 @@ def test_a_kernel_started_without_a_terminal_opens_no_repl(tmp_path: Path) -> No
 
     assert health.status_code == 200
     assert PROMPT not in kernel.output()
+
+
+def test_a_kernel_log_line_is_printed_above_the_prompt_and_the_typed_text_kept(
+    session: Session,
+) -> None:
+    session.shell.send("exec l")
+    session.shell.expect_exact("exec l")
+
+    # A delivery to an agent that is not running fails, and the kernel logs it meanwhile.
+    httpx.post(f"{session.url}/v0/executions", json={"agent_id": "absent"}, timeout=5)
+    session.shell.expect_exact("delivery failed")
+    session.shell.expect_exact("\n")
+    session.shell.expect_exact(PROMPT + "exec l")
+    listed = session.run("s")
+
+    assert "absent" in listed
+    session.shell.sendline("quit")
+    assert session.exit_status() == 0
+
+
+@pytest.fixture
+def attached(agents: Agents, tmp_path: Path) -> Iterator[tuple[Session, Process]]:
+    """`rebuno repl --url` in a terminal, on a kernel that serves without one."""
+    args = kernel_args(agents.port, tmp_path / "kernel.db", agents.manifest)
+    kernel = Process(args, tmp_path / "kernel.log", child_env({"HOME": str(tmp_path)}))
+    env = child_env({"HOME": str(tmp_path), "NO_COLOR": "1", "TERM": "xterm"})
+    try:
+        wait_healthy(agents.url, kernel)
+        shell = pexpect.spawn(
+            CLI[0],
+            [*CLI[1:], "repl", "--url", agents.url],
+            env=env,
+            encoding="utf-8",
+            timeout=20,
+            dimensions=(50, 200),
+        )
+        try:
+            shell.expect_exact(PROMPT)
+            yield Session(shell, agents.url, tmp_path), kernel
+        finally:
+            if shell.isalive():
+                shell.terminate(force=True)
+    finally:
+        kernel.stop()
+
+
+def test_repl_attaches_to_a_running_kernel_and_quitting_leaves_it_serving(
+    attached: tuple[Session, Process],
+) -> None:
+    session, _ = attached
+    created = session.run('exec create greeter {"name": "ida"}')
+    execution_id = created.split("created ", 1)[1].split()[0]
+
+    watched = session.run(f"exec watch {execution_id}")
+    helped = session.run("help")
+    session.shell.sendline("quit")
+
+    assert 'output: {"greeting": "HELLO IDA"}' in watched
+    assert "quit, exit                           leave the shell" in helped
+    assert session.exit_status() == 0
+    assert session.kernel_serving()
+
+
+def test_repl_on_a_kernel_that_is_not_there_is_one_error_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    env = child_env({"HOME": str(tmp_path), "NO_COLOR": "1", "TERM": "xterm"})
+
+    shell = pexpect.spawn(CLI[0], [*CLI[1:], "repl", "--url", url], env=env, encoding="utf-8")
+    shell.expect(pexpect.EOF, timeout=20)
+    shell.close()
+
+    assert str(shell.before).startswith(f"error: cannot reach the kernel at {url}: ")
+    assert len(str(shell.before).strip().splitlines()) == 1
+    assert shell.exitstatus == 1

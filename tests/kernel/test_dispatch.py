@@ -163,6 +163,66 @@ async def test_expired_lease_is_redelivered_with_the_next_attempt(
     assert agent.deliveries[0]["execution_id"] == execution.id
 
 
+async def _dispatch_events(kernel: Kernel, execution_id: str) -> list[dict[str, Any]]:
+    return [
+        {"type": e.type, **json.loads(e.payload)}
+        for e in await kernel.list_events(execution_id, 0, 1000)
+        if e.type.startswith("dispatch.")
+    ]
+
+
+async def _expire_until_delivered(kernel: Kernel, agent: WebhookAgent, count: int) -> None:
+    async def reclaimed() -> bool:
+        await dispatches.reclaim_expired_leases(kernel)
+        return len(agent.deliveries) >= count
+
+    await wait_until(reclaimed, message="redelivery after the lease expired")
+
+
+async def test_a_redelivery_after_an_expired_lease_says_so_in_its_event(
+    live_kernel: Kernel, agent: WebhookAgent
+) -> None:
+    execution = await live_kernel.create_execution(AGENT, "null", None)
+    await wait_until(lambda: len(agent.deliveries) == 1)
+    await _expire_until_delivered(live_kernel, agent, 2)
+
+    async def acked_twice() -> bool:
+        events = await _dispatch_events(live_kernel, execution.id)
+        return [e["type"] for e in events].count("dispatch.acked") == 2
+
+    await wait_until(acked_twice, message="the redelivery acknowledged")
+    first, second = [
+        e
+        for e in await _dispatch_events(live_kernel, execution.id)
+        if e["type"] == "dispatch.acked"
+    ]
+    assert "redelivery" not in first  # the first delivery is no redelivery
+    assert (second["attempt"], second["redelivery"]) == (2, "lease_expired")
+
+
+async def test_a_failed_redelivery_names_both_the_expired_lease_and_the_failure(
+    live_kernel: Kernel, agent: WebhookAgent
+) -> None:
+    execution = await live_kernel.create_execution(AGENT, "null", None)
+    await wait_until(lambda: len(agent.deliveries) == 1)
+    agent.status = 401
+    await _expire_until_delivered(live_kernel, agent, 3)  # a reclaim, then a plain retry
+
+    async def failed_twice() -> bool:
+        events = await _dispatch_events(live_kernel, execution.id)
+        return [e["type"] for e in events].count("dispatch.failed") >= 2
+
+    await wait_until(failed_twice, message="two failed deliveries")
+    failures = [
+        e
+        for e in await _dispatch_events(live_kernel, execution.id)
+        if e["type"] == "dispatch.failed"
+    ]
+    assert failures[0]["reason"] == "agent answered 401"
+    assert failures[0]["redelivery"] == "lease_expired"
+    assert "redelivery" not in failures[1]  # a retry after a failure is not a lease expiry
+
+
 async def test_claims_never_exceed_idle_workers(live_kernel: Kernel, agent: WebhookAgent) -> None:
     agent.hold = asyncio.Event()
     for _ in range(5):

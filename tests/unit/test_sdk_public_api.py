@@ -45,7 +45,7 @@ EXPECTED_ALL = {
 
 SIGNATURES = {
     "Agent": "(agent_id, *, secret=None, base_url=None, webhook_path='/webhook', "
-    "kernel_timeout=35.0, durability='durable', instance=None)",
+    "kernel_timeout=35.0, durability='durable', instance=None, check_kernel=None)",
     "Agent.bind": "(self, process)",
     "Agent.run": "(self, process, *, host='0.0.0.0', port=5000)",
     "Agent.join": "(self)",

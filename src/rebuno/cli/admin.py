@@ -1,6 +1,6 @@
 """`AdminClient`: the SDK `Client` plus what the command line needs beyond it: the agent
 administration routes (§5.3), registering a provisioning manifest's agents, and resolving
-the short id prefixes people type.
+the short id prefixes people type (of executions, approvals and steps).
 
 Talks to the kernel over HTTP only, through the `Client`'s request machinery. Reads a manifest
 with `rebuno.kernel.manifest` (an offline file parser); imports nothing else of the kernel.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +23,7 @@ from rebuno.sdk.client import Client
 
 PREFIX_WINDOW = 200
 """A short execution id must be unique among this many of the newest executions."""
+_STEP_ID = re.compile(r"[0-9a-f]{64}")
 
 
 class InputError(Exception):
@@ -104,6 +106,13 @@ class AdminClient(Client):
         approvals = await self.list_approvals(status="all")
         return _unique(text, [approval.id for approval in approvals], "approval")
 
+    async def resolve_step_id(self, execution_id: str, text: str) -> str:
+        """A full step id as given, or the one step of the execution whose id starts so."""
+        if _STEP_ID.fullmatch(text):
+            return text
+        steps = await self.list_steps(execution_id)
+        return _unique(text, [step.step_id for step in steps], "step")
+
 
 def _is_uuid(text: str) -> bool:
     try:
@@ -116,7 +125,8 @@ def _is_uuid(text: str) -> bool:
 def _unique(prefix: str, ids: builtins.list[str], what: str) -> str:
     wanted = prefix.strip().lower()
     if not wanted:
-        raise InputError(f"an {what} id is required")
+        article = "an" if what[0] in "aeiou" else "a"
+        raise InputError(f"{article} {what} id is required")
     matches = [candidate for candidate in ids if candidate.startswith(wanted)]
     if not matches:
         raise InputError(f"no {what} id starts with {prefix!r}")

@@ -14,16 +14,22 @@ from typing import Any
 
 from rebuno.cli.admin import AdminClient, AgentInfo, InputError
 from rebuno.cli.render import Output, age, one_line
-from rebuno.protocol.events import EventType
+from rebuno.protocol.events import LEASE_EXPIRED, EventType
 from rebuno.sdk.errors import APIError, NetworkError, RebunoError
-from rebuno.types import Approval, Event, Execution
+from rebuno.types import Event, Execution
 
 WATCH_INTERVAL = 0.3
 """Seconds between two polls of `exec watch` and of the end of `exec stream`."""
 SHORT_ID = 8
-_EVENTS_PAGE = 1000
+EVENTS_PAGE = 1000
 _TERMINAL_EVENTS = frozenset(
     {EventType.EXECUTION_COMPLETED, EventType.EXECUTION_FAILED, EventType.EXECUTION_CANCELLED}
+)
+_DELIVERY_EVENTS = frozenset({EventType.DISPATCH_ACKED, EventType.DISPATCH_FAILED})
+DISPATCH_EXHAUSTED = "dispatch_exhausted"
+"""The failure reason of an execution whose delivery attempts ran out (§12.6)."""
+_APPROVAL_RESOLVED = frozenset(
+    {EventType.APPROVAL_GRANTED, EventType.APPROVAL_DENIED, EventType.APPROVAL_EXPIRED}
 )
 _EVENT_STYLE = {
     "completed": "green",
@@ -88,7 +94,7 @@ def error_message(exc: RebunoError | InputError, url: str = "") -> str:
     return str(exc)
 
 
-def _dump(model: Any) -> Any:
+def dump(model: Any) -> Any:
     return model.model_dump(mode="json")
 
 
@@ -100,7 +106,7 @@ async def list_executions(
 ) -> None:
     page = await client.list(agent_id=agent_id, status=status, limit=limit)
     if out.json:
-        out.json_value([_dump(execution) for execution in page.executions])
+        out.json_value([dump(execution) for execution in page.executions])
         return
     shown = short_ids([execution.id for execution in page.executions])
     rows = [
@@ -112,7 +118,7 @@ async def list_executions(
 async def create_execution(client: AdminClient, out: Output, agent_id: str, input: Any) -> None:
     execution = await client.create(agent_id, input)
     if out.json:
-        out.json_value(_dump(execution))
+        out.json_value(dump(execution))
         return
     out.line(f"created {execution.id} ({out.status(execution.status)})")
 
@@ -120,9 +126,26 @@ async def create_execution(client: AdminClient, out: Output, agent_id: str, inpu
 async def show_execution(client: AdminClient, out: Output, ident: str) -> None:
     execution = await client.get(await client.resolve_execution_id(ident))
     if out.json:
-        out.json_value(_dump(execution))
+        out.json_value(dump(execution))
         return
     describe_execution(out, execution)
+    if execution.failure_reason == DISPATCH_EXHAUSTED:
+        last = await _last_delivery(client, execution.id)
+        if last is not None:
+            out.field("last delivery", _dispatch_summary(last))
+
+
+async def _last_delivery(client: AdminClient, execution_id: str) -> dict[str, Any] | None:
+    """The payload of the execution's last `dispatch.acked` or `dispatch.failed`: what became
+    of the last delivery before its attempts ran out."""
+    last: dict[str, Any] | None = None
+    after_seq = 0
+    while page := await client.events(execution_id, after_seq=after_seq, limit=EVENTS_PAGE):
+        for event in page:
+            if event.type in _DELIVERY_EVENTS and isinstance(event.payload, dict):
+                last = event.payload
+        after_seq = page[-1].event_seq
+    return last
 
 
 def describe_execution(out: Output, execution: Execution) -> None:
@@ -142,16 +165,21 @@ async def watch_execution(
     """Prints events as they are appended until the execution is terminal, then its state."""
     execution_id = await client.resolve_execution_id(ident)
     after_seq = 0
+    gates = Gates()
     while True:
-        events = await client.events(execution_id, after_seq=after_seq, limit=_EVENTS_PAGE)
+        events = await client.events(execution_id, after_seq=after_seq, limit=EVENTS_PAGE)
         for event in events:
             _print_event(out, event)
+            gates.follow(event)
+        if not out.json:
+            for approval_id, target in gates.new_pending():
+                _print_gate(out, approval_id, target)
         if events:
             after_seq = events[-1].event_seq
         # A terminal event is written with the rest of its transaction, so its batch is whole.
         if any(event.type in _TERMINAL_EVENTS for event in events):
             break
-        if len(events) < _EVENTS_PAGE:
+        if len(events) < EVENTS_PAGE:
             await asyncio.sleep(interval)
     execution = await client.get(execution_id)
     if not out.json:
@@ -159,16 +187,53 @@ async def watch_execution(
     return execution
 
 
+class Gates:
+    """The approvals a log has requested and not yet resolved, each named once while pending.
+
+    Read from the events alone: `approval.requested` opens one, `approval.granted`, `denied`
+    or `expired` closes it, and the step's events give its target.
+    """
+
+    def __init__(self) -> None:
+        self._targets: dict[str, str] = {}
+        self._pending: dict[str, str] = {}
+        self._named: set[str] = set()
+
+    def follow(self, event: Event) -> None:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        if event.type.startswith("step.") and payload.get("target"):
+            self._targets[str(payload.get("step_id"))] = str(payload["target"])
+        approval_id = str(payload.get("approval_id", ""))
+        if event.type == EventType.APPROVAL_REQUESTED:
+            self._pending[approval_id] = self._targets.get(str(payload.get("step_id")), "")
+        elif event.type in _APPROVAL_RESOLVED:
+            self._pending.pop(approval_id, None)
+
+    def new_pending(self) -> list[tuple[str, str]]:
+        """(approval id, target) of the pending approvals not named before."""
+        fresh = [(key, target) for key, target in self._pending.items() if key not in self._named]
+        self._named.update(key for key, _ in fresh)
+        return fresh
+
+
+def _print_gate(out: Output, approval_id: str, target: str) -> None:
+    what = f" for {target}" if target else ""
+    out.line(
+        out.style(f"      waiting on approval {approval_id}{what}:", "magenta")
+        + f" approvals get {approval_id}, then grant or deny it"
+    )
+
+
 async def show_events(client: AdminClient, out: Output, ident: str) -> None:
     """The whole log, each event with its payload indented below it."""
     execution_id = await client.resolve_execution_id(ident)
     events: list[Event] = []
     while page := await client.events(
-        execution_id, after_seq=events[-1].event_seq if events else 0, limit=_EVENTS_PAGE
+        execution_id, after_seq=events[-1].event_seq if events else 0, limit=EVENTS_PAGE
     ):
         events.extend(page)
     if out.json:
-        out.json_value([_dump(event) for event in events])
+        out.json_value([dump(event) for event in events])
         return
     for event in events:
         _print_event(out, event, details=False)
@@ -179,7 +244,7 @@ async def show_events(client: AdminClient, out: Output, ident: str) -> None:
 
 def _print_event(out: Output, event: Event, *, details: bool = True) -> None:
     if out.json:
-        out.json_line(_dump(event))
+        out.json_line(dump(event))
         return
     kind = event.type.rpartition(".")[2]
     name = out.style(f"{event.type:<24}", _EVENT_STYLE.get(kind, ""))
@@ -188,9 +253,14 @@ def _print_event(out: Output, event: Event, *, details: bool = True) -> None:
     out.line(f"{event.event_seq:>4}  {clock}  {name}  {summary}".rstrip())
 
 
+_REDELIVERIES = {LEASE_EXPIRED: "redelivered: the previous attempt's lease expired"}
+
+
 def _event_summary(payload: Any) -> str:
     if not isinstance(payload, dict):
         return ""
+    if "dispatch_id" in payload:
+        return _dispatch_summary(payload)
     parts = [str(payload[key]) for key in ("target", "reason", "decided_by") if payload.get(key)]
     if payload.get("rule_id"):
         parts.append(f"rule={payload['rule_id']}")
@@ -198,6 +268,16 @@ def _event_summary(payload: Any) -> str:
         parts.append(f"attempt={payload['attempt']}")
     if "output" in payload:
         parts.append(one_line(payload["output"], 80))
+    return "  ".join(parts)
+
+
+def _dispatch_summary(payload: dict[str, Any]) -> str:
+    """`attempt=N`, then why the delivery failed, then why it was a redelivery."""
+    parts = [f"attempt={payload.get('attempt')}"]
+    if payload.get("reason"):
+        parts.append(one_line(payload["reason"], 200))
+    if redelivery := payload.get("redelivery"):
+        parts.append(_REDELIVERIES.get(str(redelivery), f"redelivery={one_line(redelivery, 40)}"))
     return "  ".join(parts)
 
 
@@ -226,7 +306,7 @@ async def stream_execution(
 async def _print_deltas(client: AdminClient, out: Output, execution_id: str) -> None:
     async for delta in client.stream(execution_id):
         if out.json:
-            out.json_line(_dump(delta))
+            out.json_line(dump(delta))
         else:
             out.stream.write(delta.data)
             out.stream.flush()
@@ -259,7 +339,7 @@ async def _first(*jobs: Awaitable[None]) -> None:
 async def list_agents(client: AdminClient, out: Output) -> None:
     agents = await client.list_agents()
     if out.json:
-        out.json_value([_dump(agent) for agent in agents])
+        out.json_value([dump(agent) for agent in agents])
         return
     rows = [[agent.id, agent.webhook_url, _policy_size(agent)] for agent in agents]
     out.table(["ID", "WEBHOOK", "POLICY"], rows, empty="no agents")
@@ -273,7 +353,7 @@ def _policy_size(agent: AgentInfo) -> str:
 async def show_agent(client: AdminClient, out: Output, agent_id: str) -> None:
     agent = await client.get_agent(agent_id)
     if out.json:
-        out.json_value(_dump(agent))
+        out.json_value(dump(agent))
         return
     out.field("id", agent.id)
     out.field("webhook", agent.webhook_url)
@@ -291,7 +371,7 @@ async def show_agent(client: AdminClient, out: Output, agent_id: str) -> None:
 async def add_agents(client: AdminClient, out: Output, manifest_path: str) -> None:
     agents = await client.register_manifest(manifest_path)
     if out.json:
-        out.json_value([_dump(agent) for agent in agents])
+        out.json_value([dump(agent) for agent in agents])
         return
     for agent in agents:
         out.line(f"registered {agent.id} ({agent.webhook_url}, policy {_policy_size(agent)})")
@@ -305,50 +385,3 @@ async def remove_agent(client: AdminClient, out: Output, agent_id: str) -> None:
         out.json_value({"id": agent_id, "deleted": True})
         return
     out.line(f"removed {agent_id}")
-
-
-# -- approvals -----------------------------------------------------------------------------
-
-
-async def list_approvals(
-    client: AdminClient, out: Output, *, status: str = "pending", execution: str = ""
-) -> None:
-    execution_id = await client.resolve_execution_id(execution) if execution else ""
-    approvals = await client.list_approvals(status=status, execution_id=execution_id)
-    if out.json:
-        out.json_value([_dump(approval) for approval in approvals])
-        return
-    shown = short_ids([a.id for a in approvals] + [a.execution_id for a in approvals])
-    rows = [_approval_row(out, approval, shown) for approval in approvals]
-    headers = ["ID", "EXECUTION", "STATUS", "APPROVERS", "AGE", "MESSAGE"]
-    out.table(headers, rows, empty=f"no {status} approvals")
-
-
-def _approval_row(out: Output, approval: Approval, shown: dict[str, str]) -> list[str]:
-    return [
-        shown[approval.id],
-        shown[approval.execution_id],
-        out.status(approval.status),
-        ",".join(approval.approvers) if approval.approvers else "anyone",
-        age(approval.created_at),
-        one_line(approval.message, 60) if approval.message else "",
-    ]
-
-
-async def decide_approval(
-    client: AdminClient,
-    out: Output,
-    ident: str,
-    *,
-    grant: bool,
-    decided_by: str = "",
-    rationale: str = "",
-) -> None:
-    approval_id = await client.resolve_approval_id(ident)
-    decide = client.grant_approval if grant else client.deny_approval
-    await decide(approval_id, decided_by=decided_by, rationale=rationale)
-    verb = "granted" if grant else "denied"
-    if out.json:
-        out.json_value({"id": approval_id, "status": verb})
-        return
-    out.line(f"{out.status(verb)} {approval_id}")

@@ -38,6 +38,9 @@ _STATUS_STYLE = {
     "granted": "green",
     "denied": "red",
     "expired": "yellow",
+    "succeeded": "green",
+    "awaiting_approval": "magenta",
+    "executing": "cyan",
 }
 
 
@@ -73,8 +76,9 @@ class Output:
         return self.style(status, _STATUS_STYLE.get(status, ""))
 
     def field(self, name: str, value: str) -> None:
-        """A `name: value` line of a detail view."""
-        self.line(f"{self.style(name + ':', 'bold')} {value}")
+        """A `name: value` line of a detail view; `name:` alone heads a block below it."""
+        label = self.style(name + ":", "bold")
+        self.line(f"{label} {value}" if value else label)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> None:
         """Left-aligned columns two spaces apart; `empty` is printed when there is no row.
@@ -92,6 +96,11 @@ class Output:
 
     def json_value(self, value: Any) -> None:
         self.line(json.dumps(value, indent=2, ensure_ascii=False))
+
+    def block(self, value: Any, indent: str = "  ") -> None:
+        """A JSON value in full, pretty-printed and indented under the line before it."""
+        for text in json.dumps(value, indent=2, ensure_ascii=False).splitlines():
+            self.line(indent + text)
 
     def json_line(self, value: Any) -> None:
         """One compact JSON document per line, for streams a script reads as they come."""
@@ -121,13 +130,28 @@ def one_line(value: Any, limit: int = 200) -> str:
 
 def age(timestamp: str, now: datetime | None = None) -> str:
     """`3s`, `4m`, `2h`, `5d` since an RFC 3339 timestamp; `-` when there is none."""
+    seconds = _seconds_since(timestamp, now)
+    return "-" if seconds is None else _span(max(seconds, 0))
+
+
+def relative(timestamp: str, now: datetime | None = None) -> str:
+    """`in 9m` for a time to come, `4m ago` for one past; `-` when there is none."""
+    seconds = _seconds_since(timestamp, now)
+    if seconds is None:
+        return "-"
+    return f"{_span(seconds)} ago" if seconds >= 0 else f"in {_span(-seconds)}"
+
+
+def _seconds_since(timestamp: str, now: datetime | None) -> int | None:
     if not timestamp:
-        return "-"
+        return None
     try:
-        seconds = ((now or datetime.now(UTC)) - parse_timestamp(timestamp)).total_seconds()
+        return int(((now or datetime.now(UTC)) - parse_timestamp(timestamp)).total_seconds())
     except ValueError:
-        return "-"
-    seconds = max(int(seconds), 0)
+        return None
+
+
+def _span(seconds: int) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"

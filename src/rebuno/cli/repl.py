@@ -1,10 +1,14 @@
-"""The interactive shell `rebuno dev` opens on a terminal (§18.3): agents, executions and
-approvals, driven over HTTP through the SDK `Client` exactly as any other client would.
+"""The interactive shell: the one `rebuno dev` opens on a terminal beside the kernel it
+started (§18.3), and `rebuno repl`, attached to a kernel that runs elsewhere. Agents,
+executions, steps and approvals, driven over HTTP through the SDK `Client` exactly as any
+other client would.
 
 The shell owns the main thread, the only one Ctrl-C reaches, and runs each command on its own
-event loop; the kernel serves from another thread meanwhile. Ctrl-C clears a line being typed,
-interrupts a running command (`exec watch`, `exec stream`), and on an empty line stops, as
-Ctrl-D, `quit` and `exit` do. Imports the SDK and the CLI's own modules; nothing of the kernel.
+event loop; a kernel of `rebuno dev` serves from another thread meanwhile, and its log lines
+are printed above the prompt, which is then drawn again with what was typed. Ctrl-C clears a
+line being typed, interrupts a running command (`exec watch`, `exec stream`), and on an empty
+line stops, as Ctrl-D, `quit` and `exit` do. Imports the SDK and the CLI's own modules;
+nothing of the kernel.
 """
 
 from __future__ import annotations
@@ -12,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import readline
 import shlex
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
-from rebuno.cli import operations
+from rebuno.cli import approvals, operations, steps
 from rebuno.cli.admin import AdminClient, InputError
 from rebuno.cli.render import Output
 from rebuno.sdk.errors import RebunoError
@@ -40,13 +46,16 @@ exec create <agent> [json]           start an execution; the input defaults to {
 exec get <id>                        status, output and failure
 exec watch <id>                      follow the event log until the execution ends
 exec events <id>                     the whole event log with payloads
+exec steps <id>                      the steps, with one-line arguments and outcomes
+exec step <id> <step>                one step in full: arguments, result, error
 exec stream <id>                     live output deltas until the execution ends
 exec cancel <id>                     cancel an execution
 approvals [status]                   pending approvals (or: granted, denied, expired, all)
+approval get <id>                    an approval in full: step, arguments, rule, expiry
 approval grant <id> [--by NAME] [--rationale TEXT]
 approval deny <id> [--by NAME] [--rationale TEXT]
 help, ?                              this list
-quit, exit                           stop the kernel (also Ctrl-D, or Ctrl-C on an empty line)
+quit, exit                           {quit} (also Ctrl-D, or Ctrl-C on an empty line)
 
 Ids may be shortened to a unique prefix; Ctrl-C interrupts watch and stream."""
 
@@ -76,6 +85,8 @@ _COMPLETIONS = (
     "create",
     "watch",
     "events",
+    "steps",
+    "step",
     "stream",
     "cancel",
     "grant",
@@ -131,12 +142,16 @@ class Repl:
         runner: asyncio.Runner,
         *,
         kernel_alive: Callable[[], bool] = lambda: True,
+        attached: bool = False,
     ) -> None:
         self._client = client
         self._out = out
         self._runner = runner
         self._kernel_alive = kernel_alive
+        self._help = HELP.replace("{quit}", "leave the shell" if attached else "stop the kernel")
         self._line_at_interrupt = ""
+        self.reading = False
+        """True while the shell waits at its prompt (see `PromptStream`)."""
 
     def run(self, history: Path | None = None) -> None:
         _load_history(history)
@@ -153,6 +168,7 @@ class Repl:
         """One line; None to stop (Ctrl-D, or Ctrl-C on an empty line)."""
         while True:
             previous = signal.signal(signal.SIGINT, self._interrupted)
+            self.reading = True
             try:
                 return input(PROMPT)
             except EOFError:
@@ -163,6 +179,7 @@ class Repl:
                 if not self._line_at_interrupt.strip():
                     return None
             finally:
+                self.reading = False
                 signal.signal(signal.SIGINT, previous)
 
     def _interrupted(self, signum: int, frame: FrameType | None) -> None:
@@ -177,7 +194,7 @@ class Repl:
         if word in ("quit", "exit"):
             return False
         if word in ("help", "?"):
-            self._out.line(HELP)
+            self._out.line(self._help)
             return True
         noun = _NOUNS.get(word)
         if noun is None:
@@ -255,6 +272,15 @@ class Repl:
         ident = _one(args, "exec stream <id>")
         return operations.stream_execution(self._client, self._out, ident)
 
+    def _exec_steps(self, args: str) -> Awaitable[None]:
+        return steps.list_steps(self._client, self._out, _one(args, "exec steps <id>"))
+
+    def _exec_step(self, args: str) -> Awaitable[None]:
+        words = args.split()
+        if len(words) != 2:
+            raise InputError("usage: exec step <id> <step>")
+        return steps.show_step(self._client, self._out, words[0], words[1])
+
     def _exec_cancel(self, args: str) -> Awaitable[None]:
         ident = _one(args, "exec cancel <id>")
         return operations.cancel_execution(self._client, self._out, ident)
@@ -266,9 +292,13 @@ class Repl:
         status = positional[0] if positional else "pending"
         if status not in APPROVAL_STATUSES:
             raise InputError(f"unknown status {status!r} ({', '.join(APPROVAL_STATUSES)})")
-        return operations.list_approvals(
+        return approvals.list_approvals(
             self._client, self._out, status=status, execution=options.get("execution", "")
         )
+
+    def _approval_get(self, args: str) -> Awaitable[None]:
+        ident = _one(args, "approval get <id>")
+        return approvals.show_approval(self._client, self._out, ident)
 
     def _approval_grant(self, args: str) -> Awaitable[None]:
         return self._decide(args, grant=True)
@@ -281,7 +311,7 @@ class Repl:
         positional, options = parse_flags(args, ("by", "rationale"))
         if len(positional) != 1:
             raise InputError(f"usage: approval {verb} <id> [--by NAME] [--rationale TEXT]")
-        return operations.decide_approval(
+        return approvals.decide_approval(
             self._client,
             self._out,
             positional[0],
@@ -325,22 +355,93 @@ def _save_history(path: Path | None) -> None:
         readline.write_history_file(path)
 
 
-def start(url: str, *, kernel_alive: Callable[[], bool] = lambda: True) -> None:
-    """Runs the shell against the kernel at `url` until the user stops it."""
+class PromptStream:
+    """Stands in for a terminal stream under the log handlers while the shell runs: a line
+    logged while the shell waits at its prompt clears the prompt's line, is printed there, and
+    the prompt is drawn again below it with what had been typed, so typing goes on undisturbed.
+
+    Writes come from the kernel's thread; the handler's lock keeps them whole, and the typed
+    text is only read, so the shell's own line editing is never touched.
+    """
+
+    def __init__(self, stream: TextIO, repl: Repl) -> None:
+        self._stream = stream
+        self._repl = repl
+
+    def write(self, text: str) -> int:
+        if not self._repl.reading:
+            return self._stream.write(text)
+        typed = readline.get_line_buffer()
+        self._stream.write(_CLEAR_LINE + text)
+        if text.endswith("\n"):
+            self._stream.write(PROMPT + typed)
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+_CLEAR_LINE = "\r\033[K"
+
+
+@contextlib.contextmanager
+def logs_above_prompt(repl: Repl, stream: TextIO) -> Iterator[None]:
+    """While the shell runs, the root log handlers that write to `stream` (a terminal) go
+    through a `PromptStream`; afterwards they write to `stream` again."""
+    handlers = [
+        handler
+        for handler in logging.getLogger().handlers
+        if isinstance(handler, logging.StreamHandler) and handler.stream is stream
+    ]
+    if not stream.isatty():
+        handlers = []
+    guarded = PromptStream(stream, repl)
+    for handler in handlers:
+        handler.setStream(guarded)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.setStream(stream)
+
+
+def start(
+    url: str,
+    *,
+    api_key: str = "",
+    kernel_alive: Callable[[], bool] = lambda: True,
+    attached: bool = False,
+) -> None:
+    """Runs the shell against the kernel at `url` until the user stops it.
+
+    `attached`: the kernel runs elsewhere (`rebuno repl`); it is asked for one execution first,
+    so an unreachable kernel or a refused key fails at once, and quitting leaves it running.
+
+    Raises:
+        RebunoError: an attached kernel cannot be reached or refuses the key.
+    """
     out = Output.to()
     previous = signal.signal(signal.SIGTERM, _stop)
     with asyncio.Runner() as runner:
-        client = AdminClient(url, api_key="")
+        client = AdminClient(url, api_key=api_key)
         try:
-            out.line(f"rebuno kernel on {url}; type help, or quit to stop it")
-            Repl(client, out, runner, kernel_alive=kernel_alive).run(
-                Path(HISTORY_FILE).expanduser()
-            )
+            if attached:
+                runner.run(client.list(limit=1))
+            shell = Repl(client, out, runner, kernel_alive=kernel_alive, attached=attached)
+            out.line(_banner(url, attached))
+            with logs_above_prompt(shell, sys.stderr):
+                shell.run(Path(HISTORY_FILE).expanduser())
         except Stop:
             out.line()
         finally:
             signal.signal(signal.SIGTERM, previous)
             runner.run(client.close())
+
+
+def _banner(url: str, attached: bool) -> str:
+    if attached:
+        return f"rebuno kernel at {url}; type help, or quit to leave (the kernel keeps running)"
+    return f"rebuno kernel on {url}; type help, or quit to stop it"
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

@@ -39,6 +39,7 @@ from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
 from rebuno.kernel.metrics import HttpMetrics
 from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service.base import Clock, utc_now
 from rebuno.kernel.service.dispatches import DispatchLoop
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
@@ -138,21 +139,25 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
     own_process: bool = False,
+    store: Store | None = None,
+    clock: Clock = utc_now,
 ) -> None:
     """Runs one replica until SIGINT/SIGTERM, or until `stop` is set (the REPL's `quit`, from
     another thread through `loop.call_soon_threadsafe(stop.set)`). Serves with HTTP metrics,
     log lines carrying the ids of their request or delivery, and tracing when
     `otel_endpoint` is set. `sock`: a listening socket bound already (a worker's).
-    `own_process`: the process serves nothing else, so the collector is tuned for serving."""
+    `own_process`: the process serves nothing else, so the collector is tuned for serving.
+    `store` (not yet opened) replaces the one `settings.db_url` names and `clock` the system
+    clock, for a harness that injects faults into either."""
     tracing = Tracing.from_settings(settings)
     install_log_correlation()
     sock = sock or bind(settings.listen_addr)
-    store = open_store(settings)
+    store = store or open_store(settings)
     await store.open()
     deliverer = HttpDeliverer(settings.dispatch_timeout.total_seconds(), webhook_targets(settings))
     bus = open_bus(settings)
     try:
-        kernel = Kernel(store, settings, bus=bus)
+        kernel = Kernel(store, settings, bus=bus, clock=clock)
         dispatch_loop = DispatchLoop(kernel, tracing.deliverer(deliverer))
         kernel.wake = dispatch_loop.wake
         if settings.config_file:

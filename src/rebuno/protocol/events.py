@@ -31,3 +31,9 @@ class EventType(StrEnum):
     DISPATCH_ACKED = "dispatch.acked"
     DISPATCH_FAILED = "dispatch.failed"
     DISPATCH_DISCARDED = "dispatch.discarded"
+
+
+LEASE_EXPIRED = "lease_expired"
+"""The `redelivery` member of a dispatch event whose attempt redelivers an execution because
+the previous attempt's lease was reclaimed: it expired, or a restarted agent instance ended it
+(docs/protocol.md §11.2)."""

@@ -11,14 +11,17 @@ and models; never the kernel.
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from rebuno._http import Pool, Response
+from rebuno._http import Pool, Response, Timeout, TransportError
 from rebuno.protocol import signing
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_OCCURRENCES, STEP_RECORDS, parse
 from rebuno.sdk._wire import JSON, open_pool, segment, send
+from rebuno.sdk.errors import APIError, ForbiddenError, NetworkError, UnauthorizedError
 from rebuno.types import Execution, StepDecision
 
 # One encoder for every body: json.dumps with options builds a fresh one per call.
@@ -74,8 +77,18 @@ def encode_json(value: Any) -> bytes:
 class KernelClient:
     """Signed HTTP calls from one agent to the kernel. The connection pool opens lazily."""
 
-    def __init__(self, *, agent_id: str, secret: str, base_url: str, timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        secret: str,
+        base_url: str,
+        timeout: float,
+        secret_source: str = "the agent's secret",
+    ) -> None:
+        """`secret_source` names where the secret came from, for the messages of refusals."""
         self.agent_id = agent_id
+        self.secret_source = secret_source
         self._secret = secret
         self._base_url = base_url.rstrip("/")
         self._timeout = timeout
@@ -94,6 +107,16 @@ class KernelClient:
         """Tell the kernel this incarnation of `instance` started (`agent-instances`)."""
         body = encode_json({"instance": instance, "incarnation": incarnation})
         await self._send("POST", f"/v0/agents/{segment(self.agent_id)}/instances", body)
+
+    async def health(self) -> Response:
+        """`GET /v0/health`, unsigned, whatever its status: the start-up check's first look.
+        Raises `NetworkError` when no answer came."""
+        pool = self._pool or self._open()
+        target = pool.prefix + "/v0/health"
+        try:
+            return await pool.request("GET", target, [("Accept", "application/json")])
+        except TransportError as exc:
+            raise NetworkError(f"GET /v0/health: {exc!r}") from exc
 
     async def get_execution(self, execution_id: str) -> Execution:
         response = await self._send("GET", f"/v0/executions/{segment(execution_id)}")
@@ -216,7 +239,11 @@ class KernelClient:
         headers = self._signed(method, target, content, lease)
         if extension is not None:
             headers.append((EXTENSIONS_HEADER, extension))
-        return await send(pool, method, target, headers, content, path)
+        try:
+            return await send(pool, method, target, headers, content, path)
+        except (UnauthorizedError, ForbiddenError) as exc:
+            # Said so that the log names what to fix; same class, so callers see no change.
+            raise type(exc)(self.refusal(exc), exc.code, exc.status_code) from exc
 
     def _signed(
         self, method: str, target: str, body: bytes, lease: Lease | None
@@ -238,6 +265,22 @@ class KernelClient:
         )
         headers.append((signing.SIGNATURE_HEADER, signature))
         return headers
+
+    def refusal(self, error: APIError) -> str:
+        """One actionable line for the kernel refusing this agent's signed request."""
+        agent = repr(self.agent_id)
+        where = f"the kernel at {self._base_url}"
+        if isinstance(error, ForbiddenError):
+            return (
+                f"{where} refused agent {agent} ({error.message}): the execution is another"
+                f" agent's; check that the webhook URL registered for {agent} is this process's"
+            )
+        return (
+            f"{where} refused agent {agent}'s signature ({error.message}): either it has no"
+            f" agent {agent} registered, or its secret for {agent} (the manifest's or"
+            f" POST /v0/agents's `secret`) differs from {self.secret_source}, or this"
+            " machine's clock is more than 5 minutes off the kernel's"
+        )
 
     def _open(self) -> Pool:
         # Opened on first use so the pool belongs to the loop that serves the webhook.
@@ -281,3 +324,22 @@ def _granted(response: Response, asked: bool) -> bool:
 
 def _step_path(execution_id: str, step_id: str, action: str) -> str:
     return f"/v0/executions/{segment(execution_id)}/steps/{segment(step_id)}/{action}"
+
+
+def unreachable(error: NetworkError) -> str:
+    """Why no answer came, in a few words: refused, a name that does not resolve, TLS, a
+    timeout, or the transport's own words."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, Timeout):
+            return f"it did not answer in time ({cause})"
+        if isinstance(cause, ConnectionRefusedError):
+            return "the connection was refused (is the kernel running, on that port?)"
+        if isinstance(cause, socket.gaierror):
+            return f"its host name does not resolve ({cause.strerror or cause})"
+        if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+            return f"TLS failed ({cause})"
+        if isinstance(cause, TimeoutError):
+            return "connecting timed out"
+        cause = cause.__cause__
+    return str(error)

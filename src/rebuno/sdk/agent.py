@@ -33,15 +33,24 @@ from rebuno.protocol.extensions import (
     STEP_RECORDS,
 )
 from rebuno.sdk._context import ExecutionContext, PayloadTooLarge, Result, check_size, jsonable
+from rebuno.sdk._diagnostics import (
+    Throttle,
+    check_enabled,
+    check_kernel,
+    secret_source,
+    webhook_rejected,
+)
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._instance import Instance, configured_name
 from rebuno.sdk._kernel import KernelClient, encode_json
 from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
 from rebuno.sdk.errors import (
     Blocked,
+    ForbiddenError,
     LeaseSuperseded,
     RebunoError,
     Terminated,
+    UnauthorizedError,
     _InputInvalid,
     failure_reason,
     refusal_from,
@@ -82,6 +91,11 @@ class Agent:
             to `REBUNO_AGENT_INSTANCE`, else `<hostname>:<port>` once the port is known. A
             restarted agent announces its new start, and the kernel redelivers at once what
             the killed one held instead of waiting for its lease.
+        check_kernel: Whether start-up (`run()`, or the ASGI app's lifespan startup) first
+            asks the kernel whether it is reachable, is a Rebuno kernel and knows this agent
+            and its secret, and refuses to start otherwise, with one line saying why; defaults
+            to `REBUNO_CHECK_KERNEL` (on unless `false`). Turn it off for an agent that may
+            start before its kernel.
 
     Example:
         agent = Agent("hello", secret="dev-secret", base_url="http://127.0.0.1:8080")
@@ -102,11 +116,13 @@ class Agent:
         kernel_timeout: float = 35.0,
         durability: Durability = "durable",
         instance: str | None = None,
+        check_kernel: bool | None = None,
     ) -> None:
         if not agent_id:
             raise ValueError("agent_id must be a non-empty string")
         if durability not in _DURABILITIES:
             raise ValueError(f"durability must be one of {_DURABILITIES}, not {durability!r}")
+        source = secret_source(secret)
         secret = secret if secret is not None else os.environ.get("REBUNO_AGENT_SECRET", "")
         base_url = base_url or os.environ.get("REBUNO_URL", "")
         if not secret:
@@ -117,9 +133,15 @@ class Agent:
         self.webhook_path = webhook_path
         self.durability = durability
         self._secret = secret
+        self._check = check_enabled(check_kernel)
         self._kernel = KernelClient(
-            agent_id=agent_id, secret=secret, base_url=base_url, timeout=kernel_timeout
+            agent_id=agent_id,
+            secret=secret,
+            base_url=base_url,
+            timeout=kernel_timeout,
+            secret_source=source,
         )
+        self._refused = Throttle()
         self._instance = Instance(self._kernel, configured_name(instance))
         self._handler: Callable[..., Any] | None = None
         self._binder: InputBinder | None = None
@@ -139,8 +161,9 @@ class Agent:
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app serving the webhook, for mounting in any ASGI server.
 
-        Its lifespan startup announces the instance to the kernel when its name is known
-        (else the first webhook does, once it learnt the port); its shutdown calls `close()`.
+        Its lifespan startup checks the kernel (see `check_kernel=`), then announces the
+        instance to the kernel when its name is known (else the first webhook does, once it
+        learnt the port); its shutdown calls `close()`.
         """
         return _App(self)
 
@@ -148,10 +171,16 @@ class Agent:
         """Bind `process` and serve the webhook with uvicorn until interrupted. Blocks. The
         process is the agent's own, so what start-up allocated is frozen out of the garbage
         collector's view first: otherwise the first full collection walks every imported
-        module in the middle of the first runs."""
+        module in the middle of the first runs. Exits with one line when the start-up check
+        (`check_kernel=`) finds the kernel unfit."""
         import uvicorn
 
         self.bind(process)
+        if self._check:
+            problem = asyncio.run(self._checked_kernel())
+            if problem is not None:
+                raise SystemExit(problem)
+            self._check = False  # done: the lifespan need not ask again
         config = uvicorn.Config(self.app, host=host, port=port, lifespan="on", interface="asgi3")
         # Listening before the lifespan starts: uvicorn would open the port only after it,
         # and the redelivery the start-up announcement triggers must not find it closed.
@@ -162,6 +191,13 @@ class Agent:
         gc.freeze()
         with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: an interrupt ends it
             uvicorn.Server(config).run(sockets=[sock])
+
+    async def _checked_kernel(self) -> str | None:
+        """The start-up check on a loop of its own: the pool it opened is closed after it."""
+        try:
+            return await check_kernel(self._kernel)
+        finally:
+            await self._kernel.aclose()
 
     async def join(self) -> None:
         """Wait for every handler run in flight to finish."""
@@ -198,6 +234,11 @@ class Agent:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                problem = await check_kernel(self._kernel) if self._check else None
+                if problem is not None:
+                    await self._kernel.aclose()
+                    await send({"type": "lifespan.startup.failed", "message": problem})
+                    return
                 await send({"type": "lifespan.startup.complete"})
                 # In the background, once the server is told it may open its port.
                 self._instance.announce()
@@ -213,6 +254,10 @@ class Agent:
             return
         signature = _header(scope, signing.SIGNATURE_HEADER)
         if signature is None or not signing.verify_body(self._secret, body, signature):
+            held = self._refused.allow()
+            if held is not None:
+                source = self._kernel.secret_source
+                logger.error(webhook_rejected(self.agent_id, source, signature is not None, held))
             await _respond(send, 401, {"error": "invalid signature"})
             return
         delivery = parse_delivery(body)
@@ -281,6 +326,9 @@ class Agent:
         except asyncio.CancelledError:
             if not context.superseded:
                 raise
+        except (UnauthorizedError, ForbiddenError) as exc:
+            # Its message says what to fix; a traceback would only bury it.
+            logger.error("dispatch of execution_id=%s stopped: %s", delivery.execution_id, exc)
         except Exception:
             logger.exception("dispatch of execution_id=%s failed", delivery.execution_id)
 

@@ -1,4 +1,5 @@
-"""`rebuno approvals ls|grant|deny`: human decisions on gated steps (§15).
+"""`rebuno approvals ls|get|grant|deny` (also spelt `approval`): human decisions on gated
+steps (§15), with the step each one gates.
 
 Must not import anything under `rebuno.kernel`: it talks to a kernel over HTTP.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from rebuno.cli import operations
+from rebuno.cli import approvals as operations
 from rebuno.cli.remote import Remote, remote_command
 
 STATUSES = ("pending", "granted", "denied", "expired", "all")
@@ -15,7 +16,7 @@ STATUSES = ("pending", "granted", "denied", "expired", "all")
 
 @click.group("approvals")
 def approvals() -> None:
-    """List, grant and deny approvals. IDs may be a unique prefix."""
+    """List, inspect, grant and deny approvals (also: approval). IDs may be a unique prefix."""
 
 
 @approvals.command("ls")
@@ -23,12 +24,20 @@ def approvals() -> None:
 @click.option("--execution", default="", metavar="ID", help="Only this execution's approvals.")
 @remote_command
 def ls(remote: Remote, status: str, execution: str) -> None:
-    """List approvals, oldest first."""
+    """List approvals, oldest first, with the gated step's kind, target and arguments."""
     remote.run(
         lambda client, out: operations.list_approvals(
             client, out, status=status, execution=execution
         )
     )
+
+
+@approvals.command("get")
+@click.argument("approval_id", metavar="ID")
+@remote_command
+def get(remote: Remote, approval_id: str) -> None:
+    """Show an approval in full: execution, step, arguments, rule, approvers, expiry."""
+    remote.run(lambda client, out: operations.show_approval(client, out, approval_id))
 
 
 def _decision(grant: bool) -> click.Command:

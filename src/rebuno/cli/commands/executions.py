@@ -1,4 +1,5 @@
-"""`rebuno exec ls|create|get|watch|events|cancel|stream`: executions, one command at a time.
+"""`rebuno exec ls|create|get|watch|events|steps|step|cancel|stream`: executions, one command
+at a time.
 
 Must not import anything under `rebuno.kernel`: it talks to a kernel over HTTP.
 """
@@ -11,7 +12,7 @@ from typing import Any
 
 import click
 
-from rebuno.cli import operations
+from rebuno.cli import operations, steps
 from rebuno.cli.remote import Remote, remote_command
 from rebuno.protocol.enums import ExecutionStatus
 
@@ -81,6 +82,23 @@ def watch(remote: Remote, execution_id: str, interval: float) -> None:
 def events(remote: Remote, execution_id: str) -> None:
     """Print the whole event log with payloads."""
     remote.run(lambda client, out: operations.show_events(client, out, execution_id))
+
+
+@executions.command("steps")
+@ID
+@remote_command
+def list_steps(remote: Remote, execution_id: str) -> None:
+    """List the steps in proposal order, with one-line arguments and outcomes."""
+    remote.run(lambda client, out: steps.list_steps(client, out, execution_id))
+
+
+@executions.command("step")
+@ID
+@click.argument("step_id", metavar="STEP")
+@remote_command
+def show_step(remote: Remote, execution_id: str, step_id: str) -> None:
+    """Show one step in full: arguments, result, error. STEP may be a unique prefix."""
+    remote.run(lambda client, out: steps.show_step(client, out, execution_id, step_id))
 
 
 @executions.command("cancel")

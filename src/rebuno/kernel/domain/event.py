@@ -83,9 +83,15 @@ class EventBatch:
         self.add(event_type, fields)
 
     def dispatch(
-        self, event_type: EventType, dispatch: Dispatch, status: str, reason: str | None = None
+        self,
+        event_type: EventType,
+        dispatch: Dispatch,
+        status: str,
+        reason: str | None = None,
+        redelivery: str | None = None,
     ) -> None:
-        """`reason`: why a delivery failed (the agent's status, refused, timed out, ...)."""
+        """`reason`: why a delivery failed (the agent's status, refused, timed out, ...);
+        `redelivery`: why this attempt delivers the execution again (`lease_expired`)."""
         self.add(
             event_type,
             {
@@ -94,6 +100,7 @@ class EventBatch:
                 "status": status,
                 "attempt": dispatch.attempt,
                 "reason": reason,
+                "redelivery": redelivery,
             },
         )
 

@@ -27,7 +27,7 @@ from rebuno.kernel.service.base import ServiceBase, flush, log
 from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_execution
 from rebuno.kernel.store.base import ClaimedDispatch, Stale, Transaction, Unchanged
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
-from rebuno.protocol.events import EventType
+from rebuno.protocol.events import LEASE_EXPIRED, EventType
 from rebuno.protocol.extensions import (
     EXECUTION_INPUT,
     MAX_CARRIED_INPUT,
@@ -77,7 +77,7 @@ class DispatchUseCases(ServiceBase):
         dispatch = claimed.dispatch
         if claimed.execution_status.is_terminal:
             metrics.dispatch_discarded()
-            await self._discard(dispatch)
+            await self._discard(dispatch, _redelivery(claimed))
             return
         if dispatch.attempt > dispatch.max_attempts:
             metrics.dispatch_exhausted()
@@ -96,6 +96,13 @@ class DispatchUseCases(ServiceBase):
         settings = self.settings
         lease = effective_lease(claimed.agent, settings.dispatch_lease_timeout)
         extensions = offered(claimed, settings.step_records, settings.step_occurrences)
+        if claimed.reclaimed:
+            log.info(
+                "redelivering after an expired lease: execution_id=%s dispatch_id=%s attempt=%d",
+                dispatch.execution_id,
+                dispatch.id,
+                dispatch.attempt,
+            )
         carry = None
         text = claimed.execution.input
         # A character is at least a byte: a longer input is not encoded to find out.
@@ -141,7 +148,7 @@ class DispatchUseCases(ServiceBase):
                 dispatch.attempt,
                 outcome.detail,
             )
-            await self._record_failure(dispatch, outcome.detail)
+            await self._record_failure(dispatch, outcome.detail, _redelivery(claimed))
 
     async def _record_ack(self, claimed: ClaimedDispatch) -> None:
         """Tried first on the record the claim read, in one optimistic statement; when the
@@ -151,7 +158,7 @@ class DispatchUseCases(ServiceBase):
         if not seen.status.is_terminal:
             with contextlib.suppress(Stale):
                 async with self.transaction(seen.id, Unchanged(seen.last_event_seq)) as tx:
-                    acked = await _acknowledge(tx, dispatch, seen, self.clock())
+                    acked = await _acknowledge(tx, claimed, seen, self.clock())
                 if seen.status is ExecutionStatus.PENDING:
                     self.shortcuts.acknowledged_first(lease, acked)
                 return
@@ -159,11 +166,13 @@ class DispatchUseCases(ServiceBase):
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
                 return
-            acked = await _acknowledge(tx, dispatch, execution, self.clock())
+            acked = await _acknowledge(tx, claimed, execution, self.clock())
         if execution.status is ExecutionStatus.PENDING:
             self.shortcuts.acknowledged_first(lease, acked)
 
-    async def _record_failure(self, dispatch: Dispatch, reason: str) -> None:
+    async def _record_failure(
+        self, dispatch: Dispatch, reason: str, redelivery: str | None = None
+    ) -> None:
         """`reason` goes into the `dispatch.failed` event (bounded), so the log says why."""
         async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
@@ -176,6 +185,7 @@ class DispatchUseCases(ServiceBase):
                 dispatch,
                 DispatchStatus.FAILED.value,
                 reason=reason[:MAX_FAILURE_REASON] or "delivery failed",
+                redelivery=redelivery,
             )
             await flush(tx, execution, batch)
             execution = replace(execution, last_event_seq=batch.last_seq)
@@ -191,14 +201,19 @@ class DispatchUseCases(ServiceBase):
         self.ended(dispatch.execution_id)
         await self.after_end(done)
 
-    async def _discard(self, dispatch: Dispatch) -> None:
+    async def _discard(self, dispatch: Dispatch, redelivery: str | None = None) -> None:
         async with self.transaction(dispatch.execution_id) as tx:
             if not await _still_owns(tx, dispatch):
                 return
             execution = await tx.get_execution(dispatch.execution_id)
             now = self.clock()
             batch = EventBatch(execution, now)
-            batch.dispatch(EventType.DISPATCH_DISCARDED, dispatch, DispatchStatus.EXHAUSTED.value)
+            batch.dispatch(
+                EventType.DISPATCH_DISCARDED,
+                dispatch,
+                DispatchStatus.EXHAUSTED.value,
+                redelivery=redelivery,
+            )
             await tx.update_dispatch(
                 replace(
                     dispatch,
@@ -252,13 +267,21 @@ async def _exhausted(tx: Transaction, execution: Execution, now: datetime) -> Ex
     )
 
 
+def _redelivery(claimed: ClaimedDispatch) -> str | None:
+    """The `redelivery` member of the claim's dispatch event: set when the claim delivers the
+    execution again because the previous attempt's lease was reclaimed."""
+    return LEASE_EXPIRED if claimed.reclaimed else None
+
+
 async def _acknowledge(
-    tx: Transaction, dispatch: Dispatch, execution: Execution, now: datetime
+    tx: Transaction, claimed: ClaimedDispatch, execution: Execution, now: datetime
 ) -> Execution:
     """Records a delivery's 2xx answer; the first reached the agent, so a `pending`
     execution starts. Returns the record as written."""
     batch = EventBatch(execution, now)
-    batch.dispatch(EventType.DISPATCH_ACKED, dispatch, "acked")
+    batch.dispatch(
+        EventType.DISPATCH_ACKED, claimed.dispatch, "acked", redelivery=_redelivery(claimed)
+    )
     started = mark_started(execution, batch)
     await flush(tx, started, batch)
     return replace(started, last_event_seq=batch.last_seq)

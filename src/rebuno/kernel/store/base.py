@@ -165,6 +165,9 @@ class ClaimedDispatch:
     execution: Execution
     """The execution as the claim read it."""
     agent: Agent
+    reclaimed: bool = False
+    """The claim redelivers an attempt whose lease was reclaimed (it expired, or a restarted
+    agent instance ended it): the row was `pending` again with an attempt already made."""
 
     @property
     def execution_status(self) -> ExecutionStatus:

@@ -32,7 +32,7 @@ WIDTH = 10
 _GET = f"SELECT {COLUMNS} FROM dispatches d WHERE d.id = %s"
 _CLAIM = f"""
     WITH due AS (
-        SELECT id FROM dispatches
+        SELECT id, status = 'pending' AND attempt > 0 AS reclaimed FROM dispatches
         WHERE status IN ('pending', 'failed') AND next_attempt_at <= %(now)s
         ORDER BY next_attempt_at LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -45,8 +45,9 @@ _CLAIM = f"""
         FROM due WHERE d.id = due.id
         RETURNING d.*
     )
-    SELECT {COLUMNS}, {executions.COLUMNS}, {agents.COLUMNS}
-    FROM d JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
+    SELECT {COLUMNS}, {executions.COLUMNS}, {agents.COLUMNS}, due.reclaimed
+    FROM d JOIN due ON due.id = d.id
+    JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
     ORDER BY d.next_attempt_at, d.id
 """
 _QUEUE = """
@@ -120,7 +121,8 @@ async def claim(
         ClaimedDispatch(
             dispatch=from_row(row),
             execution=executions.from_row(row[WIDTH : WIDTH + executions.WIDTH]),
-            agent=agents.from_row(row[WIDTH + executions.WIDTH :]),
+            agent=agents.from_row(row[WIDTH + executions.WIDTH : -1]),
+            reclaimed=row[-1],
         )
         for row in await cur.fetchall()
     ]

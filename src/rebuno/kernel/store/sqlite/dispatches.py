@@ -148,13 +148,14 @@ def claim(
 ) -> list[ClaimedDispatch]:
     """Claims due rows, oldest due first; the caller holds the write transaction."""
     rows = conn.execute(
-        """SELECT id FROM dispatches
+        """SELECT id, status = 'pending' AND attempt > 0 FROM dispatches
            WHERE status IN ('pending', 'failed') AND next_attempt_at <= ?
            ORDER BY next_attempt_at LIMIT ?""",
         (to_micros(now), limit),
     ).fetchall()
     if not rows:
         return []
+    reclaimed = {row[0] for row in rows if row[1]}
     # The ids travel as one JSON array so each statement text stays fixed and cached.
     ids = json.dumps([row[0] for row in rows])
     conn.execute(
@@ -169,10 +170,10 @@ def claim(
            WHERE id IN (SELECT value FROM json_each(?))""",
         (replica_id, micros, micros, ids),
     )
-    return _claimed(conn, ids)
+    return _claimed(conn, ids, reclaimed)
 
 
-def _claimed(conn: sqlite3.Connection, ids: str) -> list[ClaimedDispatch]:
+def _claimed(conn: sqlite3.Connection, ids: str, reclaimed: set[str]) -> list[ClaimedDispatch]:
     rows = conn.execute(
         f"""SELECT {_D_COLUMNS}, {executions.prefixed("e")}, {_A_COLUMNS}
             FROM dispatches d
@@ -187,6 +188,7 @@ def _claimed(conn: sqlite3.Connection, ids: str) -> list[ClaimedDispatch]:
             dispatch=to_record(row[:10]),
             execution=executions.to_record(row[10 : 10 + executions.WIDTH]),
             agent=agents.to_record(row[10 + executions.WIDTH :]),
+            reclaimed=row[0] in reclaimed,
         )
         for row in rows
     ]
