@@ -102,9 +102,15 @@ def dump(model: Any) -> Any:
 
 
 async def list_executions(
-    client: AdminClient, out: Output, *, agent_id: str = "", status: str = "", limit: int = 50
+    client: AdminClient,
+    out: Output,
+    *,
+    agent_id: str = "",
+    status: str = "",
+    session: str = "",
+    limit: int = 50,
 ) -> None:
-    page = await client.list(agent_id=agent_id, status=status, limit=limit)
+    page = await client.list(agent_id=agent_id, status=status, session=session, limit=limit)
     if out.json:
         out.json_value([dump(execution) for execution in page.executions])
         return
@@ -115,12 +121,42 @@ async def list_executions(
     out.table(["ID", "AGENT", "STATUS", "AGE"], rows, empty="no executions")
 
 
-async def create_execution(client: AdminClient, out: Output, agent_id: str, input: Any) -> None:
-    execution = await client.create(agent_id, input)
+async def create_execution(
+    client: AdminClient,
+    out: Output,
+    agent_id: str,
+    input: Any,
+    *,
+    session: str = "",
+    parent: str = "",
+    idempotency_key: str = "",
+    on_behalf_of: str = "",
+) -> None:
+    execution = await client.create(
+        agent_id,
+        input,
+        session=session,
+        parent_execution_id=parent,
+        idempotency_key=idempotency_key,
+        on_behalf_of=on_behalf_of,
+    )
     if out.json:
         out.json_value(dump(execution))
         return
     out.line(f"created {execution.id} ({out.status(execution.status)})")
+    if execution.session and not execution.admitted_at:
+        out.line(f"waiting in session {execution.session} for its earlier turns to end")
+
+
+async def fork_execution(
+    client: AdminClient, out: Output, ident: str, at_seq: int, session: str, policy: str
+) -> None:
+    source = await client.resolve_execution_id(ident)
+    fork = await client.fork(source, at_seq=at_seq, session=session, policy_bundle=policy)
+    if out.json:
+        out.json_value(dump(fork))
+        return
+    out.line(f"forked {fork.id} from {source} at {at_seq}")
 
 
 async def show_execution(client: AdminClient, out: Output, ident: str) -> None:
@@ -157,6 +193,24 @@ def describe_execution(out: Output, execution: Execution) -> None:
     if execution.failure_reason:
         out.field("failure", out.style(execution.failure_reason, "red"))
     out.field("created", f"{execution.created_at} ({age(execution.created_at)} ago)")
+    lineage = (
+        ("session", execution.session),
+        ("parent", execution.parent_execution_id),
+        (
+            "forked from",
+            execution.forked_from and f"{execution.forked_from} at {execution.fork_seq}",
+        ),
+        (
+            "spawned by",
+            execution.spawned_by
+            and f"{execution.spawned_by.execution_id}/{execution.spawned_by.step_id}",
+        ),
+        ("created by", execution.created_by),
+        ("on behalf of", execution.on_behalf_of),
+    )
+    for name, value in lineage:
+        if value:
+            out.field(name, value)
 
 
 async def watch_execution(
