@@ -283,3 +283,48 @@ def test_ready_answers_503_while_the_database_is_unreachable_and_200_after(
     assert ready_before == 200
     assert server.proc.poll() is None
     assert_contiguous(events)
+
+
+def test_creates_racing_into_one_session_across_replicas_admit_one(
+    tmp_path: Path, start: Any
+) -> None:
+    """§24.9: the session lock serialises creates on every replica; one execution is
+    admitted and delivered, the others wait in creation order."""
+    receiver = WebhookReceiver(SECRET)
+    manifest = write_manifest(tmp_path, receiver.url, lease_seconds=60)
+    replicas = [start(manifest) for _ in range(3)]
+    body = {"agent_id": AGENT, "input": {"n": 1}, "session": "raced"}
+    with ThreadPoolExecutor(6) as pool:
+        created = list(pool.map(lambda i: replicas[i % 3].post("/v0/executions", body), range(12)))
+    ids = sorted(c["id"] for c in created)
+
+    poll_until(lambda: len(receiver.deliveries) >= 1, 30, "the first turn to be delivered")
+    shown = [replicas[0].get(f"/v0/executions/{i}") for i in ids]
+    receiver.close()
+
+    admitted = [e["id"] for e in shown if "admitted_at" in e]
+    assert admitted == [ids[0]]  # the oldest, whichever replica created it
+    assert {d.execution_id for d in receiver.deliveries} == {ids[0]}
+    for waiting in ids[1:]:
+        types = [e["type"] for e in replicas[1].events(waiting)]
+        assert types == ["execution.created"]
+
+
+def test_creates_racing_under_one_key_across_replicas_make_one_execution(
+    tmp_path: Path, start: Any
+) -> None:
+    """§27.1 I4: the unique index decides between replicas; the losers answer the winner."""
+    receiver = WebhookReceiver(SECRET)
+    manifest = write_manifest(tmp_path, receiver.url, lease_seconds=60)
+    replicas = [start(manifest) for _ in range(2)]
+    body = {"agent_id": AGENT, "idempotency_key": "once"}
+    with ThreadPoolExecutor(8) as pool:
+        created = list(pool.map(lambda i: replicas[i % 2].post("/v0/executions", body), range(20)))
+
+    assert len({c["id"] for c in created}) == 1
+    (execution_id,) = {c["id"] for c in created}
+    poll_until(lambda: len(receiver.deliveries) >= 1, 30, "the execution to be delivered")
+    types = [e["type"] for e in replicas[0].events(execution_id)]
+    receiver.close()
+    assert types.count("execution.created") == 1
+    assert types.count("dispatch.queued") == 1
