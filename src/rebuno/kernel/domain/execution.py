@@ -6,7 +6,8 @@ Must not import anything outside `rebuno.protocol` and the domain.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from rebuno.kernel.domain.errors import ExecutionTerminal, Forbidden
 from rebuno.kernel.domain.event import EventBatch
@@ -54,6 +55,33 @@ def transition(
         output=output if output is not None else execution.output,
         failure_reason=failure_reason if failure_reason is not None else execution.failure_reason,
         updated_at=now,
+    )
+
+
+def pending(
+    execution_id: str,
+    agent_id: str,
+    agent_version: str | None,
+    input: RawJson,
+    now: datetime,
+    deadline: timedelta | None,
+    **origin: Any,
+) -> Execution:
+    """A new execution, `pending`, its deadline counted from now; `origin` are the fields of
+    where it comes from (§24-§27)."""
+    return Execution(
+        id=execution_id,
+        agent_id=agent_id,
+        agent_version=agent_version or None,
+        input=input,
+        status=ExecutionStatus.PENDING,
+        output=None,
+        failure_reason=None,
+        created_at=now,
+        updated_at=now,
+        deadline_at=now + deadline if deadline else None,
+        last_event_seq=0,
+        **origin,
     )
 
 

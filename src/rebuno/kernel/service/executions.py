@@ -22,17 +22,26 @@ from rebuno.kernel.domain.errors import (
     lease_superseded,
 )
 from rebuno.kernel.domain.event import EventBatch, Raw
-from rebuno.kernel.domain.execution import check_owner, mark_started, spawned_by, transition
+from rebuno.kernel.domain.execution import (
+    check_owner,
+    mark_started,
+    pending,
+    spawned_by,
+    transition,
+)
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
+    NOTHING_WANTED,
     ExecutionFilter,
+    Locked,
     Outcomes,
     Page,
     Stale,
     Transaction,
     Unchanged,
+    Wanted,
     execution_lock,
     session_lock,
 )
@@ -126,19 +135,13 @@ class ExecutionUseCases(ServiceBase):
             if origin.parent_execution_id is not None:
                 await _check_parent(tx, agent_id, origin.parent_execution_id)
             now = self.clock()
-            deadline = self.settings.deadline_timeout
-            execution = Execution(
-                id=new_id(),
-                agent_id=agent_id,
-                agent_version=agent_version or None,
-                input=input,
-                status=ExecutionStatus.PENDING,
-                output=None,
-                failure_reason=None,
-                created_at=now,
-                updated_at=now,
-                deadline_at=now + deadline if deadline else None,
-                last_event_seq=0,
+            execution = pending(
+                new_id(),
+                agent_id,
+                agent_version,
+                input,
+                now,
+                self.settings.deadline_timeout,
                 idempotency_key=origin.idempotency_key,
                 parent_execution_id=origin.parent_execution_id,
                 created_by=origin.created_by,
@@ -362,16 +365,10 @@ class ExecutionUseCases(ServiceBase):
                 return
         async with self.transaction(execution_id) as tx:
             now = self.clock()
-            locked = await tx.lock_execution(execution_id, lease, now, wanted_by(outcomes))
-            execution = locked.execution
-            check_owner(execution, agent_id)
-            if execution.status.is_terminal:
-                raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
-            if not locked.lease_live:
-                raise lease_superseded(execution_id, lease)
+            locked = await lock_live(tx, execution_id, agent_id, lease, now, wanted_by(outcomes))
             done = await finish_execution(
                 tx,
-                execution,
+                locked.execution,
                 status,
                 output,
                 reason,
@@ -425,6 +422,27 @@ class ExecutionUseCases(ServiceBase):
         except Stale:
             return None
         return done
+
+
+async def lock_live(
+    tx: Transaction,
+    execution_id: str,
+    agent_id: str | None,
+    lease: Lease,
+    now: datetime,
+    wanted: Wanted = NOTHING_WANTED,
+) -> Locked:
+    """The execution under its lock for an agent's write that ends or blocks it (§5.2):
+    its own (`Forbidden`), not terminal (checked before the lease), and the strong lease
+    check, which renews it."""
+    locked = await tx.lock_execution(execution_id, lease, now, wanted)
+    execution = locked.execution
+    check_owner(execution, agent_id)
+    if execution.status.is_terminal:
+        raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
+    if not locked.lease_live:
+        raise lease_superseded(execution_id, lease)
+    return locked
 
 
 async def finish_execution(

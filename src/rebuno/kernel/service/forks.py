@@ -14,11 +14,12 @@ from dataclasses import dataclass, replace
 
 from rebuno.kernel.domain.errors import Conflict, KernelError, ValidationFailed
 from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.execution import pending
 from rebuno.kernel.domain.identity import step_id
 from rebuno.kernel.domain.records import Event, Execution, Step
 from rebuno.kernel.service.base import ServiceBase, flush, new_id
 from rebuno.kernel.store.base import session_lock
-from rebuno.protocol.enums import ExecutionStatus, StepStatus
+from rebuno.protocol.enums import StepStatus
 from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
 
@@ -59,19 +60,13 @@ class ForkUseCases(ServiceBase):
             # Held against retention while the fork names it (§24.2), as a parent is.
             source = await tx.hold_execution(source_id)
             now = self.clock()
-            deadline = self.settings.deadline_timeout
-            fork = Execution(
-                id=new_id(),
-                agent_id=source.agent_id,
-                agent_version=source.agent_version,
-                input=source.input,
-                status=ExecutionStatus.PENDING,
-                output=None,
-                failure_reason=None,
-                created_at=now,
-                updated_at=now,
-                deadline_at=now + deadline if deadline else None,
-                last_event_seq=0,
+            fork = pending(
+                new_id(),
+                source.agent_id,
+                source.agent_version,
+                source.input,
+                now,
+                self.settings.deadline_timeout,
                 parent_execution_id=source.parent_execution_id,
                 created_by=request.created_by,
                 on_behalf_of=source.on_behalf_of,

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import orjson
 
-from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound, lease_superseded
+from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.execution import check_owner, mark_started, transition
+from rebuno.kernel.domain.execution import mark_started, transition
 from rebuno.kernel.domain.records import Execution, Lease
 from rebuno.kernel.service.base import ServiceBase, flush, log
-from rebuno.kernel.service.executions import ExecutionUseCases
+from rebuno.kernel.service.executions import ExecutionUseCases, lock_live
 from rebuno.kernel.service.steps import record_outcome
 from rebuno.kernel.store.base import Transaction
 from rebuno.protocol.enums import ExecutionStatus, StepStatus
@@ -58,13 +58,7 @@ class LineageUseCases(ExecutionUseCases):
         steps whose sub-agent has already ended."""
         async with self.transaction(execution_id) as tx:
             now = self.clock()
-            locked = await tx.lock_execution(execution_id, lease, now)
-            execution = locked.execution
-            check_owner(execution, agent_id)
-            if execution.status.is_terminal:
-                raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
-            if not locked.lease_live:
-                raise lease_superseded(execution_id, lease)
+            execution = (await lock_live(tx, execution_id, agent_id, lease, now)).execution
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
             children = await tx.list_children(execution_id)
