@@ -64,6 +64,9 @@ class Execution:
     forked_from: str | None = None
     """A fork's source (§26), and the source's `event_seq` it was forked at."""
     fork_seq: int | None = None
+    has_children: bool = False
+    """A step of it started a sub-agent: its end must cascade (§25.6). Set by the child's
+    create, under this execution's lock, so an end that has no children asks nothing."""
 
 
 @dataclass(frozen=True, slots=True)

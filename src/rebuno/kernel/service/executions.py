@@ -132,6 +132,8 @@ class ExecutionUseCases(ServiceBase):
             if origin.spawned_by is not None:
                 spawner = await check_spawn(tx, *origin.spawned_by, session)
                 on_behalf_of = on_behalf_of or spawner.on_behalf_of
+                if not spawner.has_children:
+                    await tx.mark_parent(spawner.id)
             if origin.parent_execution_id is not None:
                 await _check_parent(tx, agent_id, origin.parent_execution_id)
             now = self.clock()

@@ -37,7 +37,8 @@ class LineageUseCases(ExecutionUseCases):
             follow_ups.append(("release", self._release_of(record.session)))
         if record.spawned_by_execution_id is not None:
             follow_ups.append(("settlement", self.settle(record.id)))
-        follow_ups.append(("cascade", self.cascade(record.id)))
+        if record.has_children:
+            follow_ups.append(("cascade", self.cascade(record.id)))
         for name, follow_up in follow_ups:
             try:
                 await follow_up

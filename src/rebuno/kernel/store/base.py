@@ -341,6 +341,10 @@ class Transaction(Protocol):
         """Writes status, output, failure_reason, updated_at and last_event_seq."""
         ...
 
+    async def mark_parent(self, execution_id: str) -> None:
+        """Records that a step of the execution started a sub-agent (`has_children`)."""
+        ...
+
     async def set_state(self, execution_id: str, state: RawJson) -> None:
         """Stores the `state` an execution was completed with (§24.5)."""
         ...

@@ -25,9 +25,10 @@ CORE = (
 CORE_WIDTH = 11
 ORIGIN = (
     "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of, e.session,"
-    " e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id, e.forked_from, e.fork_seq"
+    " e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id, e.forked_from, e.fork_seq,"
+    " e.has_children"
 )
-ORIGIN_WIDTH = 10
+ORIGIN_WIDTH = 11
 """The origin columns (§27). The reads under the lock (`functions.sql`) return them last, after
 everything a kernel older than them reads by position."""
 COLUMNS = f"{CORE}, {ORIGIN}"
@@ -95,6 +96,7 @@ def from_row(row: Sequence[Any]) -> Execution:
         spawned_by_step_id=row[18],
         forked_from=row[19],
         fork_seq=row[20],
+        has_children=bool(row[21]),
     )
 
 

@@ -35,12 +35,12 @@ DECLARE
         'rebuno_load_submission(bigint, text, text, integer, timestamptz, text, text, text, text[])');
 BEGIN
     IF lock_execution IS NOT NULL
-        AND pg_get_function_result(lock_execution) NOT LIKE '%e_fork_seq%'
+        AND pg_get_function_result(lock_execution) NOT LIKE '%e_has_children%'
     THEN
         DROP FUNCTION rebuno_lock_execution(bigint, text, text, integer, timestamptz);
     END IF;
     IF load_submission IS NOT NULL
-        AND pg_get_function_result(load_submission) NOT LIKE '%e_fork_seq%'
+        AND pg_get_function_result(load_submission) NOT LIKE '%e_has_children%'
     THEN
         DROP FUNCTION rebuno_load_submission(
             bigint, text, text, integer, timestamptz, text, text, text, text[]);
@@ -193,6 +193,8 @@ BEGIN
             UPDATE executions SET admitted_at = (op->>'admitted_at')::timestamptz,
                 parent_execution_id = COALESCE(parent_execution_id, op->>'parent_execution_id')
             WHERE id = op->>'id';
+        WHEN 'mark_parent' THEN
+            UPDATE executions SET has_children = true WHERE id = op->>'id' AND NOT has_children;
         WHEN 'set_state' THEN
             UPDATE executions SET state = op->>'state' WHERE id = op->>'id';
         WHEN 'set_occurrence' THEN
@@ -354,7 +356,7 @@ CREATE OR REPLACE FUNCTION rebuno_load_submission(
     s_started_at timestamptz, s_completed_at timestamptz,
     e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
     e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint
+    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
@@ -377,7 +379,7 @@ BEGIN
             s.proposed_seq, s.started_at, s.completed_at,
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
             e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq
+            e.forked_from, e.fork_seq, e.has_children
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
@@ -394,7 +396,7 @@ BEGIN
                 s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
                 s.usage_output, s.proposed_seq, s.started_at, s.completed_at,
                 NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
-                NULL::text, NULL::text, NULL::text, NULL::bigint
+                NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::boolean
             FROM steps s WHERE s.step_id = ANY(p_carried);
     END IF;
 END
@@ -413,7 +415,7 @@ CREATE OR REPLACE FUNCTION rebuno_lock_execution(
     lease_live boolean, policy_bundle text,
     e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
     e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint
+    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean := false;
@@ -430,7 +432,7 @@ BEGIN
             live, COALESCE(e.policy_bundle, a.policy_bundle),
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
             e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq
+            e.forked_from, e.fork_seq, e.has_children
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         WHERE e.id = p_execution;

@@ -329,6 +329,9 @@ class PostgresTransaction:
     async def update_execution(self, execution: Execution) -> None:
         self._writes.add(writes.update_execution(execution))
 
+    async def mark_parent(self, execution_id: str) -> None:
+        self._writes.add(writes.mark_parent(execution_id))
+
     async def set_state(self, execution_id: str, state: RawJson) -> None:
         self._writes.add(writes.set_state(execution_id, state))
 

@@ -163,6 +163,10 @@ def admit_execution(execution_id: str, now: datetime, parent_execution_id: str |
     }
 
 
+def mark_parent(execution_id: str) -> Op:
+    return {"op": "mark_parent", "id": execution_id}
+
+
 def set_state(execution_id: str, state: RawJson) -> Op:
     return {"op": "set_state", "id": execution_id, "state": state}
 

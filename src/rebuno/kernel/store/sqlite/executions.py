@@ -26,9 +26,9 @@ COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
     " updated_at, deadline_at, last_event_seq,"
     " idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at,"
-    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq"
+    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq, has_children"
 )
-WIDTH = 21
+WIDTH = 22
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
 
 
@@ -63,6 +63,7 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         spawned_by_step_id=row[18],
         forked_from=row[19],
         fork_seq=row[20],
+        has_children=bool(row[21]),
     )
 
 
@@ -81,7 +82,7 @@ def insert(
     with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
             f"INSERT INTO executions ({COLUMNS}, policy_bundle)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 execution.id,
                 execution.agent_id,
@@ -104,6 +105,7 @@ def insert(
                 execution.spawned_by_step_id,
                 execution.forked_from,
                 execution.fork_seq,
+                int(execution.has_children),
                 policy_bundle,
             ),
         )
@@ -116,6 +118,13 @@ def find(conn: sqlite3.Connection, agent_id: str, idempotency_key: str) -> Execu
         (agent_id, idempotency_key),
     ).fetchone()
     return None if row is None else to_record(row)
+
+
+def mark_parent(conn: sqlite3.Connection, execution_id: str) -> None:
+    conn.execute(
+        "UPDATE executions SET has_children = 1 WHERE id = ? AND has_children = 0",
+        (execution_id,),
+    )
 
 
 def set_state(conn: sqlite3.Connection, execution_id: str, state: str) -> None:

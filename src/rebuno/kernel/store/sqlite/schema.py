@@ -168,6 +168,7 @@ _EXECUTION_ORIGIN = (
     "ALTER TABLE executions ADD COLUMN forked_from TEXT",
     "ALTER TABLE executions ADD COLUMN fork_seq INTEGER",
     "ALTER TABLE executions ADD COLUMN policy_bundle TEXT",
+    "ALTER TABLE executions ADD COLUMN has_children INTEGER NOT NULL DEFAULT 0",
     """CREATE UNIQUE INDEX executions_spawned_by_step ON executions (spawned_by_step_id)
         WHERE spawned_by_step_id IS NOT NULL""",
     """CREATE INDEX executions_spawned_by ON executions (spawned_by_execution_id)

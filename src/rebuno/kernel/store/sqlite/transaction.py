@@ -185,6 +185,9 @@ class SqliteTransaction:
     async def update_execution(self, execution: Execution) -> None:
         self._run(executions.update, execution)
 
+    async def mark_parent(self, execution_id: str) -> None:
+        self._run(executions.mark_parent, execution_id)
+
     async def set_state(self, execution_id: str, state: RawJson) -> None:
         self._run(executions.set_state, execution_id, state)
 

@@ -3,7 +3,8 @@
 -- whom, and the `state` its agent completed it with, which only the next execution reads.
 -- Sessions (§24): the conversation it is a turn of, and when it was admitted; at most one
 -- admitted execution of a session is live at a time, which the partial unique index backs.
--- Sub-agents (§25): the execution and step that started it; a step starts at most one.
+-- Sub-agents (§25): the execution and step that started it (a step starts at most one), and
+-- on the parent whether it has any, so that an end without children looks for none.
 -- Forks (§26): the source and the event it was forked at, and the fork's own policy bundle,
 -- which its steps are decided by instead of the agent's.
 -- Rows older than these columns were created by someone no longer known: `unknown`.
@@ -21,7 +22,8 @@ ALTER TABLE executions
     ADD COLUMN spawned_by_step_id text,
     ADD COLUMN forked_from text,
     ADD COLUMN fork_seq bigint,
-    ADD COLUMN policy_bundle text;
+    ADD COLUMN policy_bundle text,
+    ADD COLUMN has_children boolean NOT NULL DEFAULT false;
 CREATE UNIQUE INDEX executions_idempotency ON executions (agent_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX executions_parent ON executions (parent_execution_id)
