@@ -10,6 +10,7 @@ copied and substituted, so `examples/rebuno.yaml` there names the agents actuall
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -193,9 +194,10 @@ _RUNNING_COMMANDS = {
 }
 
 
+@contextlib.contextmanager
 def started(directory: Path, *, kernel: bool = True) -> Iterator[Environment]:
-    """Mirrors the repository into `directory`, starts the environment there, yields it, and
-    stops it. For a fixture: `yield from started(tmp_path)`. Without `kernel`, the caller
+    """Mirrors the repository into `directory`, starts the environment there, and stops it
+    on leaving: `with started(tmp_path) as running: ...`. Without `kernel`, the caller
     starts the kernel (on `ports["kernel"]`, from `examples/rebuno.yaml`) itself."""
     ports = {name: free_port() for name in ("kernel", "stub", *EXAMPLES)}
     environment = Environment(directory, ports, {})

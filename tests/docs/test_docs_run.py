@@ -90,16 +90,12 @@ def test_document_runs_as_written(document: str, tmp_path: Path) -> None:
             _check(block, tmp_path, None)
         return
     failures: list[str] = []
-    environment = env_module.started(tmp_path)
-    running = next(environment)
-    try:
+    with env_module.started(tmp_path) as running:
         for block in found:
             try:
                 _check(block, tmp_path, running)
             except Exception as exc:  # every block's failure is reported, not only the first
                 failures.append(f"{block.where} ({block.language or 'no language'}): {exc!r}")
-    finally:
-        next(environment, None)
     assert not failures, "\n\n".join(failures)
 
 
@@ -128,6 +124,17 @@ def test_make_targets_run_the_scripts() -> None:
     for target in ("test", "check", "bench"):
         assert f"scripts/{target}" in recipes[target]
         assert (ROOT / "scripts" / target).stat().st_mode & 0o111
+
+
+def test_the_readme_and_the_cli_guide_name_every_command() -> None:
+    from rebuno.cli.main import rebuno
+
+    readme = (ROOT / "README.md").read_text()
+    [row] = [line for line in readme.split("\n") if line.startswith("| CLI |")]
+    guide = (ROOT / "docs" / "cli.md").read_text()
+    for name in rebuno.commands:
+        assert f"`{name}`" in row or f"`rebuno {name}" in row, f"the README's CLI row: {name}"
+        assert f"| `rebuno {name}" in guide, f"docs/cli.md's command table: {name}"
 
 
 def test_server_runs_on_an_sqlite_file(tmp_path: Path) -> None:

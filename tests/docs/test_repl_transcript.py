@@ -42,7 +42,8 @@ def transcripts() -> list[Block]:
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[Environment]:
-    yield from env_module.started(tmp_path, kernel=False)
+    with env_module.started(tmp_path, kernel=False) as environment:
+        yield environment
 
 
 @pytest.mark.parametrize("block", transcripts(), ids=lambda block: block.where)
