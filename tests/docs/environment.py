@@ -104,13 +104,15 @@ class Environment:
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a document's commands run in: the kernel's URL, the venv's `bin`
-        first on PATH, no colour, and no REBUNO_* setting of the caller's."""
+        first on PATH, no colour, HOME inside the scratch directory (a command may write to
+        `~`), and no REBUNO_* setting of the caller's."""
         base = {name: value for name, value in os.environ.items() if not name.startswith("REBUNO_")}
         path = f"{PYTHON.parent}{os.pathsep}{base.get('PATH', '')}"
         stub = f"http://127.0.0.1:{self.ports['stub']}/v1"
         return {
             **base,
             "PATH": path,
+            "HOME": str(self.directory / "home"),
             "NO_COLOR": "1",
             "REBUNO_URL": self.url,
             "OPENAI_BASE_URL": stub,
@@ -220,6 +222,7 @@ def _mirror(environment: Environment) -> None:
             target.parent.mkdir(exist_ok=True)
             target.write_text(environment.substitute(source.read_text()))
     shutil.copy(ROOT / "README.md", directory / "README.md")
+    (directory / "home").mkdir()
 
 
 def _start(environment: Environment, *, kernel: bool) -> None:
