@@ -181,7 +181,9 @@ class Environment:
 
     def _start_example(self, agent_id: str) -> Child:
         script, _ = EXAMPLES[agent_id]
-        env = self.env({"PORT": str(self.ports[agent_id])})
+        # Started beside the kernel, not after it as the README's quick start does: the
+        # agent's start-up check would find no kernel yet.
+        env = self.env({"PORT": str(self.ports[agent_id]), "REBUNO_CHECK_KERNEL": "false"})
         log = self.directory / f".{agent_id}.log"
         return Child([str(PYTHON), f"examples/{script}"], log, self.directory, env)
 

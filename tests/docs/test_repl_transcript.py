@@ -74,7 +74,9 @@ def _steps(lines: list[str]) -> list[tuple[str | None, list[str]]]:
 
 def _spawned(running: Environment, home: Path) -> pexpect.spawn[str]:
     command = [*env_module.KERNEL_COMMAND, "--listen-addr", f"127.0.0.1:{running.ports['kernel']}"]
-    env = running.env({"HOME": str(home), "TERM": "xterm"})
+    # Warnings only: a log line printed at the prompt makes the REPL draw the prompt again
+    # below it, which would read here as the end of the next command's output.
+    env = running.env({"HOME": str(home), "TERM": "xterm", "REBUNO_LOG_LEVEL": "warning"})
     return pexpect.spawn(
         command[0],
         command[1:],
