@@ -9,7 +9,7 @@ YAML syntax error carries its line and column.
 
 The only module of the policy package that reads YAML; the provisioning manifest borrows its
 helpers for placing a problem in a YAML text (`yaml_place`, `yaml_error_place`,
-`closest_key`). Must not import the store, the services or the API.
+`line_and_column`, `closest_key`). Must not import the store, the services or the API.
 """
 
 from __future__ import annotations
@@ -73,18 +73,28 @@ Location = tuple[str | int, ...]
 
 class BundleInvalid(ValidationFailed):
     """The first problem of a bundle: `problem` names the rule and the field; `line` and
-    `column` (1-based) place it in the bundle's text when they are known."""
+    `column` (1-based) place it in the bundle's text when they are known. `yaml_error` is the
+    syntax error, if that is the problem, for a caller that places the text elsewhere."""
 
-    def __init__(self, problem: str, line: int | None = None, column: int | None = None) -> None:
-        place = (
-            ""
-            if line is None
-            else f", line {line}" + ("" if column is None else f", column {column}")
-        )
-        super().__init__(f"policy{place}: {problem}")
+    def __init__(
+        self,
+        problem: str,
+        line: int | None = None,
+        column: int | None = None,
+        yaml_error: YAMLError | None = None,
+    ) -> None:
+        super().__init__(f"policy{line_and_column(line, column)}: {problem}")
         self.problem = problem
         self.line = line
         self.column = column
+        self.yaml_error = yaml_error
+
+
+def line_and_column(line: int | None, column: int | None) -> str:
+    """`, line 4, column 7` for a message; empty when the line is unknown."""
+    if line is None:
+        return ""
+    return f", line {line}" + ("" if column is None else f", column {column}")
 
 
 def load_bundle(text: str) -> Bundle:
@@ -152,8 +162,11 @@ def _child(node: Node, step: str | int) -> tuple[Node, Node] | None:
     return None
 
 
-def yaml_error_place(error: YAMLError) -> tuple[str, int | None, int | None]:
-    """A YAML error as one line of text, with its 1-based line and column when it has them."""
+def yaml_error_place(
+    error: YAMLError, first_line: int = 1, indent: int = 0
+) -> tuple[str, int | None, int | None]:
+    """A YAML error as one line of text, with its line and column when it has them. The text
+    parsed starts on line `first_line` of its file, indented by `indent` (a block scalar)."""
     if not isinstance(error, MarkedYAMLError) or error.problem_mark is None:
         return " ".join(str(error).split()) or type(error).__name__, None, None
     mark = error.problem_mark
@@ -161,10 +174,10 @@ def yaml_error_place(error: YAMLError) -> tuple[str, int | None, int | None]:
     context = " ".join(str(error.context or "").split())
     start = error.context_mark
     if context and start is not None and start.line != mark.line:
-        problem += f" ({context} that starts on line {start.line + 1})"
+        problem += f" ({context} that starts on line {start.line + first_line})"
     elif context:
         problem += f" ({context})"
-    return problem, mark.line + 1, mark.column + 1
+    return problem, mark.line + first_line, mark.column + 1 + indent
 
 
 def closest_key(key: str, known: Iterable[str]) -> str | None:
@@ -228,7 +241,7 @@ def _parse_yaml(text: str) -> object:
         return YAML(typ="safe").load(text)
     except YAMLError as error:
         problem, line, column = yaml_error_place(error)
-        raise BundleInvalid(f"invalid YAML: {problem}", line, column) from error
+        raise BundleInvalid(f"invalid YAML: {problem}", line, column, error) from error
     except (ValueError, TypeError, RecursionError) as error:
         problem = " ".join(str(error).split()) or type(error).__name__
         raise BundleInvalid(f"invalid YAML: {problem}") from error
