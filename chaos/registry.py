@@ -6,7 +6,10 @@ import importlib
 
 from chaos.result import Scenario
 
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = (
+    "replica_kill",
+    "postgres_restart",
+)
 
 
 def scenarios(names: list[str] | None = None) -> list[Scenario]:
