@@ -56,6 +56,10 @@ _DEFAULT_MIN_SIZE = 2
 _DEFAULT_MAX_SIZE = 10
 _ACQUIRE_TIMEOUT_SECONDS = 10.0
 """How long a use case waits for a pooled connection before it fails as `Unavailable`."""
+_USE_SECONDS = 10.0
+"""How long one use of a pooled connection (a read, a transaction) may wait for the server. A
+statement past it is cancelled, which takes up to 10 s more when nothing gets through; without
+it, a request whose statement was sent into a partition would wait until the network heals."""
 _OPEN_TIMEOUT_SECONDS = 10.0
 _LEADER_KEEPALIVE_SECONDS = 1.0
 """How often a leader's lock session proves it is alive while its job runs."""
@@ -140,9 +144,20 @@ class PostgresStore:
         pool = self._pool
         if pool is None:
             raise Unavailable(f"PostgreSQL {self._server.name}: the store is not open")
+        bound = asyncio.timeout(_USE_SECONDS)
         try:
-            async with pool.connection() as conn:
+            async with pool.connection() as conn, bound:
                 yield conn
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            # Nothing came back: the server or the network is gone without a word (a
+            # partition that resets nothing), or a statement ran far longer than any should.
+            self._check_pool_soon(pool)
+            raise Unavailable(
+                f"PostgreSQL {self._server.name} is unavailable: "
+                f"no answer within {_USE_SECONDS:g} s"
+            ) from None
         except Unavailable:
             self._check_pool_soon(pool)
             raise
