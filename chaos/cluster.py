@@ -83,6 +83,7 @@ class Proxy:
 
     def close(self) -> None:
         self._call(self._refuse)
+        self._call(self._finish)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
@@ -110,6 +111,13 @@ class Proxy:
         writers, self._writers = self._writers, set()
         for writer in writers:
             _abort(writer)
+
+    async def _finish(self) -> None:
+        """Ends every relay still running (a blackholed one waits for ever)."""
+        relays = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in relays:
+            task.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
 
     def _blackhole(self) -> None:
         self._flowing.clear()

@@ -1,8 +1,9 @@
 """A replica cut off from PostgreSQL by a partition that resets nothing (a blackhole: its
-connections stay open, nothing gets through) while it holds the leader lock: it stops its
-singleton job within seconds, and the server ends its lock session once that session has been
+connections stay open, nothing gets through). While it holds the leader lock, it stops its
+singleton job within seconds and the server ends its lock session once that session has been
 idle long enough, so another replica leads again while the partition lasts, never at the same
-time as the cut-off one."""
+time as the cut-off one. A statement it sent into the blackhole fails within the use bound
+instead of waiting for the network to heal."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from chaos.cluster import Cut, Proxy
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.postgres import PostgresStore
+from rebuno.kernel.store.postgres import store as store_module
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(60)]
@@ -84,3 +86,27 @@ async def test_a_leader_cut_off_by_a_blackhole_stops_and_is_succeeded(
     assert raised == [True], "leaving the block raised Unavailable"
     assert stopped[0] - cut_at[0] < 5
     assert succeeded - cut_at[0] < 10
+
+
+async def test_a_statement_sent_into_a_blackhole_fails_within_the_use_bound(
+    postgres_url: str, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "_USE_SECONDS", 1.0)
+    parts = urlsplit(postgres_url)
+    user = f"{parts.username}@" if parts.username else ""
+    cut_off = PostgresStore(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}").geturl())
+    await cut_off.open()
+    try:
+        await cut_off.ping()
+        proxy.cut(Cut.BLACKHOLE)
+        began = time.monotonic()
+        with pytest.raises(Unavailable, match="no answer within 1 s"):
+            # The pooled connection looks healthy: the statement is sent and nothing returns.
+            await cut_off.get_execution("never-answered")
+        waited = time.monotonic() - began
+    finally:
+        proxy.heal()
+        await cut_off.close()
+
+    # The bound, then psycopg's cancellation (up to 10 s when nothing gets through).
+    assert waited < 1 + 10 + 2
