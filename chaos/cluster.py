@@ -19,9 +19,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,18 +182,16 @@ def pg_bindir() -> Path | None:
 
 
 @contextlib.contextmanager
-def private_cluster(workdir: Path) -> Iterator[Cluster]:
-    """A PostgreSQL cluster of its own under `workdir`, started, on a free port; stopped
-    (immediately) and removed afterwards."""
+def private_cluster() -> Iterator[Cluster]:
+    """A PostgreSQL cluster of its own in a temporary directory, started, on a free port;
+    stopped (immediately) and removed afterwards."""
     bindir = pg_bindir()
     if bindir is None:
         raise RuntimeError("initdb is not installed: cannot create a private PostgreSQL cluster")
-    root = workdir / "pg"
-    root.mkdir()
+    # Not under the scenario's directory: when we are root the cluster belongs to another
+    # user, who must be able to reach it, and a test's directory is private to root.
+    root = Path(tempfile.mkdtemp(prefix="chaos-pg-"))
     if os.geteuid() == 0:
-        # initdb refuses to run as root: the cluster belongs to another user, who must be
-        # able to reach it.
-        shutil.chown(workdir, OWNER, OWNER)
         shutil.chown(root, OWNER, OWNER)
     cluster = Cluster(bindir, root, free_port())
     try:
@@ -314,22 +314,25 @@ class Fleet:
     replicas: list[Server | None] = field(default_factory=list)
     balancer: Proxy | None = None
     agent: ThinkingAgent | None = None
-    starts: int = 0
+    starts: list[int] = field(default_factory=list)
+    """How many times each replica was started."""
 
     def start(self) -> None:
         manifest = write_manifest(self.workdir, self.agent_port)
         self._manifest = manifest
         self.ports = [free_port() for _ in self.db_urls]
         self.replicas = [None] * len(self.db_urls)
-        for index in range(len(self.db_urls)):
-            self.restart(index)
+        self.starts = [0] * len(self.db_urls)
+        # Side by side: a replica takes seconds to boot on a busy machine.
+        with ThreadPoolExecutor(len(self.db_urls)) as pool:
+            list(pool.map(self.restart, range(len(self.db_urls))))
         self.balancer = Proxy([("127.0.0.1", port) for port in self.ports])
         self.agent = ThinkingAgent(self.balancer.url, self.agent_port, self.workdir / "agent.log")
         self.agent.wait_listening()
 
     def restart(self, index: int) -> Server:
-        self.starts += 1
-        log = self.workdir / f"replica-{index + 1}.{self.starts}.log"
+        self.starts[index] += 1
+        log = self.workdir / f"replica-{index + 1}.{self.starts[index]}.log"
         server = Server(
             self.db_urls[index],
             TOKEN,

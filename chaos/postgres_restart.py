@@ -52,7 +52,7 @@ def run(scale: Scale, workdir: Path) -> Result:
     seed = random.randrange(1 << 30)
     result.figures["seed"] = seed
     rng = random.Random(seed)
-    with private_cluster(workdir) as cluster:
+    with private_cluster() as cluster:
         cluster.create_database(DATABASE)
         url = cluster.url(DATABASE)
         with fleet([url] * REPLICAS, workdir, {"REBUNO_DISPATCH_MAX_ATTEMPTS": "100"}) as f:

@@ -9,6 +9,7 @@ from chaos.result import Scenario
 MODULES: tuple[str, ...] = (
     "replica_kill",
     "postgres_restart",
+    "partition",
 )
 
 
