@@ -131,12 +131,12 @@ class Proxy:
             await self._listen()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._refusing:
+        # Refused before and after connecting upstream: the cut may come in between.
+        upstream = None if self._refusing else await self._connect()
+        if upstream is None or self._refusing:
             _abort(writer)
-            return
-        upstream = await self._connect()
-        if upstream is None:
-            _abort(writer)
+            if upstream is not None:
+                _abort(upstream[1])
             return
         up_reader, up_writer = upstream
         self._writers.update((writer, up_writer))

@@ -21,6 +21,7 @@ import contextlib
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -108,6 +109,8 @@ class Leaders:
     cut_holding: dict[str, float] = field(default_factory=dict)
     """Key name -> since when (monotonic) the cut replica has held it without a break."""
     longest_cut_hold: float = 0.0
+    cut: bool = False
+    """Whether the cut replica is cut off now: only then does its holding a key count."""
 
     def __post_init__(self) -> None:
         self._names = {_lock_ids(name): name for name in KEYS}
@@ -140,7 +143,7 @@ class Leaders:
             holder = found[0] if found else ""
             self.changes += holder != self.held_by.get(name, "")
             self.held_by[name] = holder
-            if holder == CUT_REPLICA:
+            if holder == CUT_REPLICA and self.cut:
                 since = self.cut_holding.setdefault(name, now)
                 self.longest_cut_hold = max(self.longest_cut_hold, now - since)
             else:
@@ -155,6 +158,8 @@ class Probe:
     """The HTTP status, 0 for no answer within the probe's timeout or a refused connection."""
     envelope: bool
     """The answer is a JSON error envelope (`code` and `message`)."""
+    error: str = ""
+    """What the client saw instead of an answer (the httpx exception's class)."""
 
 
 class Prober:
@@ -168,7 +173,9 @@ class Prober:
         self._http = httpx.Client(
             timeout=PROBE_TIMEOUT,
             headers={"Authorization": f"Bearer {TOKEN}"},
-            limits=httpx.Limits(max_connections=64),
+            # A new connection per probe: a kept-alive one the server closes as the next
+            # request goes out would fail on the client's side, not the kernel's.
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=0),
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -190,8 +197,8 @@ class Prober:
         began = time.monotonic()
         try:
             response = self._http.get(self._url)
-        except httpx.HTTPError:
-            return Probe(began, time.monotonic() - began, 0, False)
+        except httpx.HTTPError as exc:
+            return Probe(began, time.monotonic() - began, 0, False, type(exc).__name__)
         try:
             body = response.json()
             envelope = isinstance(body, dict) and {"code", "message"} <= body.keys()
@@ -288,7 +295,9 @@ def _cut(replicas: Replicas, how: Cut, seconds: float, leaders: Leaders) -> Wind
             time.sleep(0.001)
     proxy.cut(how)
     cut_at = time.monotonic()
+    leaders.cut = True
     time.sleep(seconds)
+    leaders.cut = False
     proxy.heal()
     healed_at = time.monotonic()
     recovered_at = _recovered(replicas.servers[-1], healed_at + RECOVERY_SECONDS)
@@ -349,7 +358,10 @@ def _report(
             f"{ANSWER_BOUND_SECONDS:g} s (longest {max(seconds, default=0):.1f} s)",
         )
         unclear = [p for p in during if p.status != 200 and not (p.status >= 500 and p.envelope)]
-        result.expect(not unclear, f"{len(unclear)} {tag} request(s) got no error envelope")
+        kinds = Counter(f"{p.status or p.error}" for p in unclear)
+        result.expect(
+            not unclear, f"{len(unclear)} {tag} request(s) got no error envelope: {dict(kinds)}"
+        )
         result.expect(
             all(r <= RECOVERY_SECONDS for r in recoveries), f"the {tag} replica did not recover"
         )

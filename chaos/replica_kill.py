@@ -43,7 +43,7 @@ class Plan:
 
 PLANS = {
     Scale.CI: Plan(seconds=8, rate=6, kill_every=(2.5, 3.5), down=0.5),
-    Scale.FULL: Plan(seconds=120, rate=8, kill_every=(4, 8), down=1),
+    Scale.FULL: Plan(seconds=120, rate=8, kill_every=(3, 6), down=1),
 }
 DRAIN_SECONDS = 90
 SAMPLE_SECONDS = 0.05
