@@ -120,6 +120,8 @@ class Proxy:
         for task in relays:
             task.cancel()
         await asyncio.gather(*relays, return_exceptions=True)
+        # An aborted transport closes its socket in a callback of the next loop iteration.
+        await asyncio.sleep(0)
 
     def _blackhole(self) -> None:
         self._flowing.clear()
@@ -131,17 +133,21 @@ class Proxy:
             await self._listen()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # Refused before and after connecting upstream: the cut may come in between.
-        upstream = None if self._refusing else await self._connect()
-        if upstream is None or self._refusing:
-            _abort(writer)
-            if upstream is not None:
-                _abort(upstream[1])
-            return
-        up_reader, up_writer = upstream
-        self._writers.update((writer, up_writer))
-        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
-        self._writers.difference_update((writer, up_writer))
+        pair = [writer]
+        try:
+            # Refused before and after connecting upstream: the cut may come in between.
+            upstream = None if self._refusing else await self._connect()
+            if upstream is None or self._refusing:
+                return
+            up_reader, up_writer = upstream
+            pair.append(up_writer)
+            self._writers.update(pair)
+            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        finally:
+            # Cancelled (the proxy closing) or done: neither socket outlives the relay.
+            for end in pair:
+                _abort(end)
+            self._writers.difference_update(pair)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         for _ in self._upstreams:
@@ -151,17 +157,19 @@ class Proxy:
         return None
 
     async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while True:
-                await self._flowing.wait()
-                data = await source.read(_CHUNK)
-                if not data:
-                    break
-                # Held here while blackholed: nothing read is lost, nothing more is read.
-                await self._flowing.wait()
-                sink.write(data)
-                await sink.drain()
-        _abort(sink)
+        try:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while True:
+                    await self._flowing.wait()
+                    data = await source.read(_CHUNK)
+                    if not data:
+                        break
+                    # Held here while blackholed: nothing read is lost, nothing more is read.
+                    await self._flowing.wait()
+                    sink.write(data)
+                    await sink.drain()
+        finally:
+            _abort(sink)
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
