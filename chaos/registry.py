@@ -12,6 +12,9 @@ MODULES: tuple[str, ...] = (
     "duplicate_webhooks",
     "clock_skew",
     "property_replay",
+    "replica_kill",
+    "postgres_restart",
+    "partition",
 )
 
 

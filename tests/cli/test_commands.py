@@ -9,6 +9,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cli.conftest import Stack
 from tests.cli.harness import CLI, child_env, free_port, rebuno, rebuno_json
 from tests.support import poll_until
@@ -83,7 +85,46 @@ def test_agents_add_reports_a_bad_manifest_as_one_error_line(stack: Stack, tmp_p
     result = rebuno("agents", "add", str(manifest), url=stack.url)
 
     assert result.returncode == 1
-    assert result.stderr == "error: agents[0]: id is required\n"
+    assert result.stderr == f"error: manifest {manifest}, line 2: agents[0]: id is required\n"
+
+
+BAD_MANIFESTS = {
+    "misspelt-webhook-url": (
+        "agents:\n  - id: a\n    webhok_url: http://127.0.0.1:9/webhook\n    secret: s\n",
+        "line 3: agents[0].webhok_url: unknown key (did you mean webhook_url?)",
+    ),
+    "misspelt-policy": (
+        "agents:\n  - id: a\n    webhook_url: http://127.0.0.1:9/webhook\n    secret: s\n"
+        "    polcy: |\n      default_action: deny\n",
+        "line 5: agents[0].polcy: unknown key (did you mean policy?)",
+    ),
+    "unclosed-flow-sequence": (
+        "agents: [\n",
+        "line 2, column 1: invalid YAML: expected the node content, but found '<stream end>'"
+        " (while parsing a flow node)",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["dev", "server"])
+@pytest.mark.parametrize("case", sorted(BAD_MANIFESTS))
+def test_a_kernel_given_a_bad_manifest_exits_1_with_one_line(
+    tmp_path: Path, command: str, case: str
+) -> None:
+    text, message = BAD_MANIFESTS[case]
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(text)
+    args = [*CLI, command, "--config", str(manifest), "--db-url", f"sqlite:///{tmp_path}/k.db"]
+    args += [
+        "--listen-addr",
+        "127.0.0.1:0",
+        *(["--bearer-token", "t"] if command == "server" else []),
+    ]
+
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, env=child_env())
+
+    assert result.returncode == 1
+    assert result.stderr == f"error: manifest {manifest}, {message}\n"
 
 
 def test_exec_watch_by_prefix_follows_the_execution_to_completion(stack: Stack) -> None:

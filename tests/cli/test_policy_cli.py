@@ -59,185 +59,208 @@ rules:
 INVALID = {
     "unknown-top-level-field": (
         "defaults: allow\n",
-        "policy: field 'defaults': unknown field",
+        "policy, line 1: field 'defaults': unknown field (did you mean 'default_action'?)",
     ),
     "rules-not-a-list": (
         "rules: {id: r}\n",
-        "policy: field 'rules': must be a list, not a mapping",
+        "policy, line 1: field 'rules': must be a list, not a mapping",
     ),
     "top-level-not-a-mapping": (
         "- id: r\n",
-        "policy: the top level must be a mapping, not a list",
+        "policy, line 1: the top level must be a mapping, not a list",
     ),
-    "rule-not-a-mapping": ("rules: [5]\n", "policy: rule #1: must be a mapping, not an integer"),
+    "rule-not-a-mapping": (
+        "rules: [5]\n",
+        "policy, line 1: rule #1: must be a mapping, not an integer",
+    ),
     "rule-without-id": (
         "rules:\n  - then: {decision: deny}\n",
-        "policy: rule #1: field 'id': required",
+        "policy, line 2: rule #1: field 'id': required",
     ),
     "id-not-a-string": (
         "rules:\n  - id: 5\n    then: {decision: deny}\n",
-        "policy: rule #1: field 'id': must be a string, not an integer (quote it)",
+        "policy, line 2: rule #1: field 'id': must be a string, not an integer (quote it)",
     ),
     "duplicate-id": (
         "rules:\n  - id: a\n    then: {decision: deny}\n  - id: a\n    then: {decision: allow}\n",
-        "policy: rule 'a': field 'id': duplicate id (rule #1 has it too)",
+        "policy, line 4: rule 'a': field 'id': duplicate id (rule #1 has it too)",
     ),
     "unknown-rule-field": (
         R + "    then: {decision: deny}\n    unless: {}\n",
-        "policy: rule 'r': field 'unless': unknown field",
+        "policy, line 4: rule 'r': field 'unless': unknown field (known: id, priority, then, when)",
     ),
     "unknown-when-field": (
         R + "    when: {taget: shell}\n    then: {decision: deny}\n",
-        "policy: rule 'r': field 'when.taget': unknown field",
+        "policy, line 3: rule 'r': field 'when.taget': unknown field (did you mean 'target'?)",
     ),
     "unknown-predicate-field": (
         R + "    when: {arguments: {cmd: {matches: x}}}\n    then: {decision: deny}\n",
-        "policy: rule 'r': field 'when.arguments.cmd.matches': unknown field",
+        "policy, line 3: rule 'r': field 'when.arguments.cmd.matches': unknown field"
+        " (known: contains, equals, one_of, regex)",
     ),
     "unknown-rate-limit-field": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 1, window: 1m, burst: 2}}\n",
-        "policy: rule 'r': field 'then.rate_limit.burst': unknown field",
+        "policy, line 3: rule 'r': field 'then.rate_limit.burst': unknown field"
+        " (known: max_calls, max_wait, on_limiter_error, per_what, window)",
     ),
     "when-not-a-mapping": (
         R + "    when: [shell]\n    then: {decision: deny}\n",
-        "policy: rule 'r': field 'when': must be a mapping, not a list",
+        "policy, line 3: rule 'r': field 'when': must be a mapping, not a list",
     ),
     "priority-missing-on-one-rule": (
         "rules:\n  - id: a\n    priority: 1\n    then: {decision: deny}\n"
         "  - id: b\n    then: {decision: allow}\n",
-        "policy: rule 'b': field 'priority': missing, but rule 'a' has one;"
+        "policy, line 5: rule 'b': field 'priority': missing, but rule 'a' has one;"
         " give every rule a priority, or none",
     ),
     "priority-given-on-one-rule": (
         "rules:\n  - id: a\n    then: {decision: deny}\n"
         "  - id: b\n    priority: 1\n    then: {decision: allow}\n",
-        "policy: rule 'b': field 'priority': given, but rule 'a' has none;"
+        "policy, line 5: rule 'b': field 'priority': given, but rule 'a' has none;"
         " give every rule a priority, or none",
     ),
     "duplicate-priority": (
         "rules:\n  - id: a\n    priority: 1\n    then: {decision: deny}\n"
         "  - id: b\n    priority: 1\n    then: {decision: allow}\n",
-        "policy: rule 'b': field 'priority': duplicate priority 1 (rule 'a' has it too)",
+        "policy, line 6: rule 'b': field 'priority': duplicate priority 1 (rule 'a' has it too)",
     ),
     "priority-as-a-string": (
         R + '    priority: "1"\n    then: {decision: deny}\n',
-        "policy: rule 'r': field 'priority': must be an integer, not a string",
+        "policy, line 3: rule 'r': field 'priority': must be an integer, not a string",
     ),
     "step-kind-outside-its-set": (
         R + "    when: {step_kind: tool}\n    then: {decision: deny}\n",
-        "policy: rule 'r': field 'when.step_kind': must be one of tool_call, llm_call, local"
+        "policy, line 3: rule 'r': field 'when.step_kind': must be one of tool_call, llm_call,"
+        " local"
         " (got 'tool')",
     ),
     "decision-missing": (
         R + "    then: {reason: why}\n",
-        "policy: rule 'r': field 'then.decision': must be one of allow, deny, require_approval"
+        "policy, line 3: rule 'r': field 'then.decision': must be one of allow, deny,"
+        " require_approval"
         " (missing)",
     ),
     "decision-outside-its-set": (
         R + "    then: {decision: block}\n",
-        "policy: rule 'r': field 'then.decision': must be one of allow, deny, require_approval"
+        "policy, line 3: rule 'r': field 'then.decision': must be one of allow, deny,"
+        " require_approval"
         " (got 'block')",
     ),
     "yaml-1.2-yes-is-a-string": (
         R + "    then: {decision: yes}\n",
-        "policy: rule 'r': field 'then.decision': must be one of allow, deny, require_approval"
+        "policy, line 3: rule 'r': field 'then.decision': must be one of allow, deny,"
+        " require_approval"
         " (got 'yes')",
     ),
     "per-what-outside-its-set": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 1, window: 1m, per_what: user}}\n",
-        "policy: rule 'r': field 'then.rate_limit.per_what': must be one of execution, agent,"
+        "policy, line 3: rule 'r': field 'then.rate_limit.per_what': must be one of execution,"
+        " agent,"
         " global (got 'user')",
     ),
     "on-limiter-error-outside-its-set": (
         R + "    then:\n      decision: allow\n"
         "      rate_limit: {max_calls: 1, window: 1m, on_limiter_error: retry}\n",
-        "policy: rule 'r': field 'then.rate_limit.on_limiter_error': must be one of allow, deny"
+        "policy, line 5: rule 'r': field 'then.rate_limit.on_limiter_error': must be one of allow,"
+        " deny"
         " (got 'retry')",
     ),
     "on-exceed-outside-its-set": (
         R + "    then: {decision: allow, budget: {max_tokens: 5, on_exceed: allow}}\n",
-        "policy: rule 'r': field 'then.budget.on_exceed': must be one of deny, require_approval"
+        "policy, line 3: rule 'r': field 'then.budget.on_exceed': must be one of deny,"
+        " require_approval"
         " (got 'allow')",
     ),
     "malformed-target-glob": (
         R + '    when: {target: "tools/[a-"}\n    then: {decision: deny}\n',
-        "policy: rule 'r': field 'when.target': malformed glob 'tools/[a-': unterminated"
+        "policy, line 3: rule 'r': field 'when.target': malformed glob 'tools/[a-': unterminated"
         " character class",
     ),
     "malformed-targets-glob": (
         R + '    when: {targets: [ok, "bad\\\\"]}\n    then: {decision: deny}\n',
         # The pattern is quoted as a Python literal: its one backslash prints as two.
-        "policy: rule 'r': field 'when.targets[1]': malformed glob 'bad\\\\': trailing backslash",
+        "policy, line 3: rule 'r': field 'when.targets[1]': malformed glob 'bad\\\\': trailing"
+        " backslash",
     ),
     "regex-outside-re2": (
         R + '    when: {arguments: {cmd: {regex: "(?<=x)y"}}}\n    then: {decision: deny}\n',
-        "policy: rule 'r': field 'when.arguments.cmd.regex': invalid regular expression"
+        "policy, line 3: rule 'r': field 'when.arguments.cmd.regex': invalid regular expression"
         " (RE2 syntax): invalid perl operator: (?<=",
     ),
     "argument-without-constraint": (
         R + '    when: {arguments: {cmd: {equals: "", one_of: []}}}\n    then: {decision: deny}\n',
-        "policy: rule 'r': field 'when.arguments.cmd': needs at least one of equals, contains,"
+        "policy, line 3: rule 'r': field 'when.arguments.cmd': needs at least one of equals,"
+        " contains,"
         " one_of, regex",
     ),
     "constraint-not-a-string": (
         R + "    when: {arguments: {n: {equals: 5}}}\n    then: {decision: deny}\n",
-        "policy: rule 'r': field 'when.arguments.n.equals': must be a string, not an integer"
+        "policy, line 3: rule 'r': field 'when.arguments.n.equals': must be a string, not an"
+        " integer"
         " (quote it)",
     ),
     "max-calls-below-one": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 0, window: 1m}}\n",
-        "policy: rule 'r': field 'then.rate_limit.max_calls': must be an integer >= 1 (got 0)",
+        "policy, line 3: rule 'r': field 'then.rate_limit.max_calls': must be an integer >= 1 (got"
+        " 0)",
     ),
     "max-calls-missing": (
         R + "    then: {decision: allow, rate_limit: {window: 1m}}\n",
-        "policy: rule 'r': field 'then.rate_limit.max_calls': required: an integer >= 1",
+        "policy, line 3: rule 'r': field 'then.rate_limit.max_calls': required: an integer >= 1",
     ),
     "max-calls-as-a-string": (
         R + '    then: {decision: allow, rate_limit: {max_calls: "5", window: 1m}}\n',
-        "policy: rule 'r': field 'then.rate_limit.max_calls': must be an integer, not a string",
+        "policy, line 3: rule 'r': field 'then.rate_limit.max_calls': must be an integer, not a"
+        " string",
     ),
     "window-zero": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 1, window: 0s}}\n",
-        "policy: rule 'r': field 'then.rate_limit.window': must be a positive duration",
+        "policy, line 3: rule 'r': field 'then.rate_limit.window': must be a positive duration",
     ),
     "window-missing": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 1}}\n",
-        "policy: rule 'r': field 'then.rate_limit.window': required: a Go duration such as '1m'",
+        "policy, line 3: rule 'r': field 'then.rate_limit.window': required: a Go duration such as"
+        " '1m'",
     ),
     "window-bare-number": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 1, window: 60}}\n",
-        "policy: rule 'r': field 'then.rate_limit.window': must be a Go duration string such as"
+        "policy, line 3: rule 'r': field 'then.rate_limit.window': must be a Go duration string"
+        " such as"
         " '30s', not an integer",
     ),
     "window-in-days": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 1, window: 1d}}\n",
-        "policy: rule 'r': field 'then.rate_limit.window': invalid duration '1d': unknown unit"
+        "policy, line 3: rule 'r': field 'then.rate_limit.window': invalid duration '1d': unknown"
+        " unit"
         " 'd' (use ns, us, µs, ms, s, m or h)",
     ),
     "max-wait-negative": (
         R + "    then: {decision: allow, rate_limit: {max_calls: 1, window: 1m, max_wait: -1s}}\n",
-        "policy: rule 'r': field 'then.rate_limit.max_wait': must not be negative",
+        "policy, line 3: rule 'r': field 'then.rate_limit.max_wait': must not be negative",
     ),
     "max-tokens-below-one": (
         R + "    then: {decision: allow, budget: {max_tokens: 0}}\n",
-        "policy: rule 'r': field 'then.budget.max_tokens': must be an integer >= 1 (got 0)",
+        "policy, line 3: rule 'r': field 'then.budget.max_tokens': must be an integer >= 1 (got 0)",
     ),
     "approval-timeout-not-positive": (
         R + "    then: {decision: require_approval, approval_config: {timeout: 0s}}\n",
-        "policy: rule 'r': field 'then.approval_config.timeout': must be a positive duration",
+        "policy, line 3: rule 'r': field 'then.approval_config.timeout': must be a positive"
+        " duration",
     ),
     "approver-not-a-string": (
         R + "    then: {decision: require_approval, approval_config: {approvers: [alice, 5]}}\n",
-        "policy: rule 'r': field 'then.approval_config.approvers[1]': must be a string, not an"
+        "policy, line 3: rule 'r': field 'then.approval_config.approvers[1]': must be a string,"
+        " not an"
         " integer (quote it)",
     ),
     "reason-as-a-number": (
         R + "    then: {decision: deny, reason: 404}\n",
-        "policy: rule 'r': field 'then.reason': must be a string, not an integer (quote it)",
+        "policy, line 3: rule 'r': field 'then.reason': must be a string, not an integer (quote"
+        " it)",
     ),
     "reason-as-a-boolean": (
         R + "    then: {decision: deny, reason: true}\n",
-        "policy: rule 'r': field 'then.reason': must be a string, not a boolean (quote it)",
+        "policy, line 3: rule 'r': field 'then.reason': must be a string, not a boolean (quote it)",
     ),
 }
 
@@ -276,7 +299,9 @@ def test_check_reports_yaml_that_does_not_parse(
 
     assert run(["policy", "check", str(path)]) == 1
 
-    assert capsys.readouterr().err.startswith(f"error: {path}: policy: invalid YAML: ")
+    assert capsys.readouterr().err.startswith(
+        f"error: {path}: policy, line 2, column 1: invalid YAML: expected the node content"
+    )
 
 
 @pytest.mark.parametrize(
@@ -341,7 +366,7 @@ def test_test_refuses_a_bundle_that_does_not_check(
 
     assert run(["policy", "test", str(path), "--target", "shell"]) == 1
 
-    message = "policy: rule 'r': field 'when.taget': unknown field"
+    message = "policy, line 3: rule 'r': field 'when.taget': unknown field (did you mean 'target'?)"
     assert capsys.readouterr() == ("", f"error: {path}: {message}\n")
 
 
@@ -430,7 +455,10 @@ def test_check_names_the_rule_and_field_at_fault(
     assert run(["policy", "check", str(path)]) == 1
 
     error = capsys.readouterr().err
-    assert error == f"error: {path}: policy: rule 'typo': field 'then.decison': unknown field\n"
+    assert error == (
+        f"error: {path}: policy, line 3: rule 'typo': field 'then.decison': unknown field"
+        " (did you mean 'decision'?)\n"
+    )
 
 
 def test_check_of_a_missing_file_fails_with_exit_1(

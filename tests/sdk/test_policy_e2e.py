@@ -270,7 +270,9 @@ async def test_bundle_with_a_mistake_is_refused_naming_rule_and_field(harness: H
 
     assert refused.status_code == 400
     assert refused.json()["code"] == "validation_error"
-    assert "policy: rule 'cap': field 'when.taget': unknown field" in refused.json()["message"]
+    assert refused.json()["message"] == (
+        "policy, line 3: rule 'cap': field 'when.taget': unknown field (did you mean 'target'?)"
+    )
 
 
 # -- approvals ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from rebuno.kernel.policy import (
     ApprovalConfig,
     Budget,
     BundleCache,
+    BundleInvalid,
     PolicyResult,
     RateLimit,
     load_bundle,
@@ -32,11 +33,16 @@ def rule(then: str = "{decision: allow}", **fields: str) -> str:
     return f"rules:\n  - id: r{extra}\n    then: {then}\n"
 
 
-def error_of(text: str) -> str:
-    with pytest.raises(ValidationFailed) as caught:
+def refusal_of(text: str) -> BundleInvalid:
+    with pytest.raises(BundleInvalid) as caught:
         load_bundle(dedent(text))
     assert caught.value.code is ErrorCode.VALIDATION_ERROR
-    return caught.value.message
+    return caught.value
+
+
+def error_of(text: str) -> str:
+    """The problem, without the `policy, line N:` that places it (tested on its own below)."""
+    return refusal_of(text).problem
 
 
 def first_result(text: str) -> PolicyResult:
@@ -161,22 +167,22 @@ def test_empty_conditions_count_as_absent() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("rules: [", "policy: invalid YAML: "),
-        ("a: 1\na: 2\n", "policy: invalid YAML: "),
-        ("--- {}\n--- {}\n", "policy: invalid YAML: "),
-        ("rules: !!python/object:os.system x", "policy: invalid YAML: "),
-        ("", "policy: the top level must be a mapping, not empty"),
-        ("- id: r\n", "policy: the top level must be a mapping, not a list"),
-        ("deny", "policy: the top level must be a mapping, not a string"),
-        ("version: 1\n", "policy: field 'version': unknown field"),
-        ("rules: {id: r}\n", "policy: field 'rules': must be a list, not a mapping"),
+        ("rules: [", "invalid YAML: "),
+        ("a: 1\na: 2\n", "invalid YAML: "),
+        ("--- {}\n--- {}\n", "invalid YAML: "),
+        ("rules: !!python/object:os.system x", "invalid YAML: "),
+        ("", "the top level must be a mapping, not empty"),
+        ("- id: r\n", "the top level must be a mapping, not a list"),
+        ("deny", "the top level must be a mapping, not a string"),
+        ("version: 1\n", "field 'version': unknown field"),
+        ("rules: {id: r}\n", "field 'rules': must be a list, not a mapping"),
         (
             "default_action: [allow]\n",
-            "policy: field 'default_action': must be a string, not a list",
+            "field 'default_action': must be a string, not a list",
         ),
         (
             "default_action: true\n",
-            "policy: field 'default_action': must be a string, not a boolean (quote it)",
+            "field 'default_action': must be a string, not a boolean (quote it)",
         ),
     ],
 )
@@ -187,52 +193,59 @@ def test_malformed_document_is_refused(text: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("rules: [allow]", "policy: rule #1: must be a mapping, not a string"),
-        ("rules: [{then: {decision: allow}}]", "policy: rule #1: field 'id': required"),
+        ("rules: [allow]", "rule #1: must be a mapping, not a string"),
+        ("rules: [{then: {decision: allow}}]", "rule #1: field 'id': required"),
         (
             "rules: [{id: a, then: {decision: allow}}, {id: ''}]",
-            "policy: rule #2: field 'id': required",
+            "rule #2: field 'id': required",
         ),
         (
             "rules: [{id: 5}]",
-            "policy: rule #1: field 'id': must be a string, not an integer (quote it)",
+            "rule #1: field 'id': must be a string, not an integer (quote it)",
         ),
         (
             "rules: [{id: a, then: {decision: allow}}, {id: a, then: {decision: deny}}]",
-            "policy: rule 'a': field 'id': duplicate id (rule #1 has it too)",
+            "rule 'a': field 'id': duplicate id (rule #1 has it too)",
         ),
-        (rule(description="x"), "policy: rule 'r': field 'description': unknown field"),
-        (rule(when="[]"), "policy: rule 'r': field 'when': must be a mapping, not a list"),
-        (rule(when="{taget: x}"), "policy: rule 'r': field 'when.taget': unknown field"),
+        (
+            rule(description="x"),
+            "rule 'r': field 'description': unknown field (known: id, priority, then, when)",
+        ),
+        (rule(when="[]"), "rule 'r': field 'when': must be a mapping, not a list"),
+        (
+            rule(when="{taget: x}"),
+            "rule 'r': field 'when.taget': unknown field (did you mean 'target'?)",
+        ),
         (
             "rules: [{id: r}]",
-            "policy: rule 'r': field 'then.decision': must be one of allow, deny, "
+            "rule 'r': field 'then.decision': must be one of allow, deny, "
             "require_approval (missing)",
         ),
         (
             rule("{reason: x}"),
-            "policy: rule 'r': field 'then.decision': must be one of allow, deny, "
+            "rule 'r': field 'then.decision': must be one of allow, deny, "
             "require_approval (missing)",
         ),
         (
             rule("{decision: permit}"),
-            "policy: rule 'r': field 'then.decision': must be one of allow, deny, "
+            "rule 'r': field 'then.decision': must be one of allow, deny, "
             "require_approval (got 'permit')",
         ),
         (
             rule("{decision: no}"),
-            "policy: rule 'r': field 'then.decision': must be one of allow, deny, "
+            "rule 'r': field 'then.decision': must be one of allow, deny, "
             "require_approval (got 'no')",
         ),
         (
             rule("{decision: deny, rule_id: x}"),
-            "policy: rule 'r': field 'then.rule_id': unknown field",
+            "rule 'r': field 'then.rule_id': unknown field "
+            "(known: approval_config, budget, decision, rate_limit, reason)",
         ),
         (
             rule("{decision: deny, reason: 5}"),
-            "policy: rule 'r': field 'then.reason': must be a string, not an integer (quote it)",
+            "rule 'r': field 'then.reason': must be a string, not an integer (quote it)",
         ),
-        (rule("allow"), "policy: rule 'r': field 'then': must be a mapping, not a string"),
+        (rule("allow"), "rule 'r': field 'then': must be a mapping, not a string"),
     ],
 )
 def test_malformed_rule_is_refused(text: str, message: str) -> None:
@@ -280,7 +293,8 @@ def test_malformed_rule_is_refused(text: str, message: str) -> None:
         ),
         (
             "{arguments: {command: {matches: ls}}}",
-            "field 'when.arguments.command.matches': unknown field",
+            "field 'when.arguments.command.matches': unknown field "
+            "(known: contains, equals, one_of, regex)",
         ),
         (
             "{arguments: {command: {equals: 5}}}",
@@ -313,7 +327,7 @@ def test_malformed_rule_is_refused(text: str, message: str) -> None:
     ],
 )
 def test_malformed_condition_is_refused(when: str, message: str) -> None:
-    assert error_of(rule(when=when)) == f"policy: rule 'r': {message}"
+    assert error_of(rule(when=when)) == f"rule 'r': {message}"
 
 
 @pytest.mark.parametrize(
@@ -454,7 +468,135 @@ def test_malformed_condition_is_refused(when: str, message: str) -> None:
 def test_malformed_outcome_is_refused(then: str, field: str, problem: str) -> None:
     text = rule("{decision: allow, " + then[1:])
 
-    assert error_of(text).startswith(f"policy: rule 'r': field 'then.{field}': {problem}")
+    assert error_of(text).startswith(f"rule 'r': field 'then.{field}': {problem}")
+
+
+# Where the problem is: the message places it by line (and column, for a YAML syntax error)
+
+PLACED = """\
+default_action: deny
+rules:
+  - id: reads
+    when:
+      step_kind: tool_call
+      targets: [read_file, list_dir]
+    then:
+      decision: allow
+  - id: writes
+    when:
+      target: write_file
+    then:
+      decision: require_approval
+      approval_config:
+        approvers: [alice]
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "  - id: writes\n",
+            "  - id: writes\n    efect: deny\n",
+            "policy, line 10: rule 'writes': field 'efect': unknown field "
+            "(known: id, priority, then, when)",
+        ),
+        (
+            "      target: write_file\n",
+            "      taget: write_file\n",
+            "policy, line 11: rule 'writes': field 'when.taget': unknown field "
+            "(did you mean 'target'?)",
+        ),
+        (
+            "      decision: require_approval\n",
+            "      decison: require_approval\n",
+            "policy, line 13: rule 'writes': field 'then.decison': unknown field "
+            "(did you mean 'decision'?)",
+        ),
+        (
+            "        approvers: [alice]\n",
+            "        aprovers: [alice]\n",
+            "policy, line 15: rule 'writes': field 'then.approval_config.aprovers': "
+            "unknown field (did you mean 'approvers'?)",
+        ),
+        (
+            "default_action: deny\n",
+            "default_acton: deny\n",
+            "policy, line 1: field 'default_acton': unknown field (did you mean 'default_action'?)",
+        ),
+    ],
+)
+def test_unknown_field_names_its_line_and_the_closest_known_field(
+    old: str, new: str, message: str
+) -> None:
+    assert refusal_of(PLACED.replace(old, new)).message == message
+
+
+def test_a_misspelt_field_never_loads_as_if_absent() -> None:
+    # `efect: deny` read as absent would leave the rule without its decision; it is refused.
+    text = PLACED.replace("      decision: allow\n", "      efect: deny\n")
+
+    refusal = refusal_of(text)
+
+    assert (refusal.line, refusal.problem) == (
+        8,
+        "rule 'reads': field 'then.efect': unknown field "
+        "(known: approval_config, budget, decision, rate_limit, reason)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "[read_file, list_dir]",
+            "[read_file, 5]",
+            "policy, line 6: rule 'reads': field 'when.targets[1]': must be a string, "
+            "not an integer (quote it)",
+        ),
+        (
+            "      decision: allow\n",
+            "      decision: maybe\n",
+            "policy, line 8: rule 'reads': field 'then.decision': must be one of allow, deny, "
+            "require_approval (got 'maybe')",
+        ),
+        (
+            "  - id: writes\n",
+            "  - id: reads\n",
+            "policy, line 9: rule 'reads': field 'id': duplicate id (rule #1 has it too)",
+        ),
+        ("  - id: writes\n", "  - priority: 1\n", "policy, line 9: rule #2: field 'id': required"),
+    ],
+)
+def test_any_refused_field_names_its_line(old: str, new: str, message: str) -> None:
+    assert refusal_of(PLACED.replace(old, new)).message == message
+
+
+def test_a_priority_conflict_names_the_line_of_the_second_rule() -> None:
+    text = "rules:\n  - id: a\n    priority: 1\n    then: {decision: deny}\n" + (
+        "  - id: b\n    priority: 1\n    then: {decision: allow}\n"
+    )
+
+    assert refusal_of(text).message == (
+        "policy, line 6: rule 'b': field 'priority': duplicate priority 1 (rule 'a' has it too)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ("rules:\n  - id: a\n    then: {decision: deny\n", 4, 1),
+        ("rules:\n  - id: a\n   then: {decision: deny}\n", 3, 4),
+        ("default_action: deny\ndefault_action: allow\n", 2, 1),
+        ('rules:\n  - id: "a\n', 3, 1),
+    ],
+)
+def test_yaml_syntax_error_names_its_line_and_column(text: str, line: int, column: int) -> None:
+    refusal = refusal_of(text)
+
+    assert (refusal.line, refusal.column) == (line, column)
+    assert refusal.message.startswith(f"policy, line {line}, column {column}: invalid YAML: ")
+    assert "\n" not in refusal.message
 
 
 # Priorities
@@ -468,7 +610,7 @@ def test_priorities_must_all_be_given_or_none() -> None:
         """
 
     assert error_of(text) == (
-        "policy: rule 'b': field 'priority': missing, but rule 'a' has one; "
+        "rule 'b': field 'priority': missing, but rule 'a' has one; "
         "give every rule a priority, or none"
     )
 
@@ -481,7 +623,7 @@ def test_priority_on_a_later_rule_only_is_refused() -> None:
         """
 
     assert error_of(text) == (
-        "policy: rule 'b': field 'priority': given, but rule 'a' has none; "
+        "rule 'b': field 'priority': given, but rule 'a' has none; "
         "give every rule a priority, or none"
     )
 
@@ -495,8 +637,7 @@ def test_duplicate_priorities_are_refused() -> None:
         """
 
     assert (
-        error_of(text)
-        == "policy: rule 'c': field 'priority': duplicate priority 3 (rule 'a' has it too)"
+        error_of(text) == "rule 'c': field 'priority': duplicate priority 3 (rule 'a' has it too)"
     )
 
 
@@ -508,7 +649,7 @@ def test_duplicate_priorities_are_refused() -> None:
     ],
 )
 def test_priority_must_be_an_integer(priority: str, message: str) -> None:
-    assert error_of(rule(priority=priority)) == f"policy: rule 'r': field 'priority': {message}"
+    assert error_of(rule(priority=priority)) == f"rule 'r': field 'priority': {message}"
 
 
 def test_single_rule_with_priority_loads() -> None:
@@ -522,7 +663,7 @@ def test_first_problem_in_file_order_is_reported() -> None:
           - {id: b, then: {decision: maybe}}
         """
 
-    assert error_of(text).startswith("policy: rule 'a': field 'when.target'")
+    assert error_of(text).startswith("rule 'a': field 'when.target'")
 
 
 # The cache
@@ -559,7 +700,7 @@ def test_cache_refuses_a_bad_bundle_every_time() -> None:
             cache.get(text)
         messages.append(caught.value.message)
 
-    assert messages == [error_of(text)] * 2
+    assert messages == [refusal_of(text).message] * 2
     assert len(cache) == 1
 
 

@@ -2,7 +2,10 @@
 
 Environment variables are expanded on the raw text before YAML parsing; policy files are read
 relative to the manifest and validated like `POST /v0/policies`. Every problem raises
-`ValidationFailed` with a message naming the entry. Must not import `service`, `api` or a store.
+`ValidationFailed` with a message naming the file, the line and the key's path, e.g.
+`manifest rebuno.yaml, line 4: agents[0].webhok_url: unknown key (did you mean webhook_url?)`:
+an unknown key is refused rather than ignored, since a misspelt `policy` would otherwise boot
+the agent without its bundle. Must not import `service`, `api` or a store.
 """
 
 from __future__ import annotations
@@ -16,12 +19,23 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import ScalarNode
 
 from rebuno.kernel.domain.dispatch import lease_timeout_problem
-from rebuno.kernel.domain.errors import KernelError, ValidationFailed
-from rebuno.kernel.policy.loader import load_bundle
+from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.policy.loader import (
+    BundleInvalid,
+    Location,
+    closest_key,
+    line_and_column,
+    load_bundle,
+    yaml_error_place,
+    yaml_place,
+)
 
 _VARIABLE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_TOP_KEYS = ("agents",)
+_AGENT_KEYS = ("id", "webhook_url", "secret", "lease_timeout_seconds", "policy", "policy_file")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +53,8 @@ def load_manifest(path: str, env: Mapping[str, str] | None = None) -> list[Agent
     """Read, expand and validate the manifest at `path` (`env` defaults to `os.environ`).
 
     Raises:
-        ValidationFailed: unreadable file, bad YAML, a bad entry, an unreadable policy file
-            or an invalid bundle.
+        ValidationFailed: unreadable file, bad YAML, an unknown key, a bad entry, an
+            unreadable policy file or an invalid bundle.
     """
     manifest = Path(path)
     try:
@@ -56,8 +70,11 @@ def load_manifest(path: str, env: Mapping[str, str] | None = None) -> list[Agent
             "(write $$ for a literal $)"
         ) from None
     document = _parse_yaml(expanded, path)
-    entries = _agent_entries(document, path)
-    return [_spec(index, entry, manifest.parent) for index, entry in enumerate(entries)]
+    try:
+        entries = _agent_entries(document)
+        return [_spec(index, entry, manifest.parent) for index, entry in enumerate(entries)]
+    except _Refusal as refusal:
+        raise ValidationFailed(_placed(refusal, path, expanded)) from None
 
 
 def expand_env(text: str, env: Mapping[str, str]) -> str:
@@ -76,40 +93,130 @@ def expand_env(text: str, env: Mapping[str, str]) -> str:
     return _VARIABLE.sub(substitute, text)
 
 
+class _Refusal(Exception):
+    """A problem with the key (or entry) at `location`, raised up to `load_manifest`, which
+    names the file and the line. The message names `entry` (the entry, for a problem whose
+    text names its key) or else `location`. `bundle` is the problem of the policy there,
+    placed in its own text: in the policy file `file`, or in the manifest when inline."""
+
+    def __init__(
+        self,
+        location: Location,
+        problem: str,
+        *,
+        entry: Location | None = None,
+        bundle: BundleInvalid | None = None,
+        file: str = "",
+    ) -> None:
+        super().__init__(problem)
+        self.location = location
+        self.problem = problem
+        self.shown = location if entry is None else entry
+        self.bundle = bundle
+        self.file = file
+
+
+def _placed(refusal: _Refusal, path: str, text: str) -> str:
+    where = _path_of(refusal.shown)
+    bundle = refusal.bundle
+    if refusal.file:
+        place = line_and_column(bundle.line, bundle.column) if bundle is not None else ""
+        return f"manifest {path}, {where} {refusal.file}{place}: {refusal.problem}"
+    line, column, problem = _in_manifest(refusal, text)
+    subject = f"{where}: " if where else ""
+    return f"manifest {path}{line_and_column(line, column)}: {subject}{problem}"
+
+
+def _in_manifest(refusal: _Refusal, text: str) -> tuple[int | None, int | None, str]:
+    """The line of the key at fault, and the problem. A problem inside a `policy: |` block
+    is placed where it is, since the block's lines are the bundle's lines."""
+    found = yaml_place(text, refusal.location)
+    if found is None:
+        return None, None, refusal.problem
+    bundle, block = refusal.bundle, found.value
+    if bundle is None or bundle.line is None or not isinstance(block, ScalarNode):
+        return found.line, None, refusal.problem
+    if block.style != "|":
+        return found.line, None, refusal.problem
+    # The block's first line follows its `|` indicator; `start_mark.line` counts from 0.
+    first = block.start_mark.line + 2
+    if bundle.yaml_error is not None:
+        indent = _indent(text, first, str(block.value))
+        problem, line, column = yaml_error_place(bundle.yaml_error, first, indent)
+        return line, column, f"invalid YAML: {problem}"
+    return first + bundle.line - 1, None, refusal.problem
+
+
+def _indent(text: str, first: int, bundle: str) -> int:
+    """How far the block's lines are indented in the manifest, judged on its first line
+    that is not blank."""
+    lines = text.splitlines()[first - 1 :]
+    for outer, inner in zip(lines, bundle.splitlines(), strict=False):
+        if inner.strip():
+            return len(outer) - len(inner) if outer.endswith(inner) else 0
+    return 0
+
+
+def _path_of(location: Location) -> str:
+    """`("agents", 0, "secret")` as `agents[0].secret`."""
+    text = ""
+    for step in location:
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else step)
+    return text
+
+
 def _parse_yaml(text: str, path: str) -> object:
     try:
         return YAML(typ="safe", pure=True).load(text)
     except YAMLError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
-        raise ValidationFailed(f"manifest {path}: invalid YAML: {first_line}") from None
+        problem, line, column = yaml_error_place(exc)
+        place = line_and_column(line, column)
+        raise ValidationFailed(f"manifest {path}{place}: invalid YAML: {problem}") from None
 
 
-def _agent_entries(document: object, path: str) -> list[object]:
+def _check_keys(mapping: Mapping[object, object], known: tuple[str, ...], at: Location) -> None:
+    """Refuse the first key that is not `known`, naming the closest known one."""
+    for key in mapping:
+        if isinstance(key, str) and key in known:
+            continue
+        name = key if isinstance(key, str) else str(key)
+        close = closest_key(name, known)
+        hint = f"did you mean {close}?" if close else f"known keys: {', '.join(known)}"
+        raise _Refusal((*at, name), f"unknown key ({hint})")
+
+
+def _agent_entries(document: object) -> list[object]:
+    """The entries, once no key anywhere is unknown: a typo is reported before whatever
+    it leaves missing."""
     if document is None:
         return []
     if not isinstance(document, dict):
-        raise ValidationFailed(f"manifest {path}: expected a mapping with an `agents` list")
+        raise _Refusal((), "expected a mapping with an `agents` list")
+    _check_keys(document, _TOP_KEYS, ())
     agents = document.get("agents")
     if agents is None:
         return []
     if not isinstance(agents, list):
-        raise ValidationFailed(f"manifest {path}: `agents` must be a list")
+        raise _Refusal(("agents",), "`agents` must be a list")
+    for index, entry in enumerate(agents):
+        if isinstance(entry, dict):
+            _check_keys(entry, _AGENT_KEYS, ("agents", index))
     return agents
 
 
 def _spec(index: int, entry: object, base: Path) -> AgentSpec:
-    where = f"agents[{index}]"
+    at: Location = ("agents", index)
     if not isinstance(entry, dict):
-        raise ValidationFailed(f"{where}: expected a mapping")
+        raise _Refusal(at, "expected a mapping")
     agent_id = _text(entry, "id")
     if not agent_id:
-        raise ValidationFailed(f"{where}: id is required")
+        raise _Refusal(at, "id is required")
     return AgentSpec(
         id=agent_id,
-        webhook_url=_required(entry, "webhook_url", where),
-        secret=_required(entry, "secret", where),
-        lease_timeout_seconds=_lease_timeout(entry, where),
-        policy_bundle=_policy(entry, where, base),
+        webhook_url=_required(entry, "webhook_url", at),
+        secret=_required(entry, "secret", at),
+        lease_timeout_seconds=_lease_timeout(entry, at),
+        policy_bundle=_policy(entry, at, base),
     )
 
 
@@ -121,58 +228,68 @@ def _text(entry: Mapping[str, Any], key: str) -> str:
     return str(value) if isinstance(value, str | int | float) else ""
 
 
-def _required(entry: Mapping[str, Any], key: str, where: str) -> str:
+def _required(entry: Mapping[str, Any], key: str, at: Location) -> str:
     value = _text(entry, key)
     if not value:
-        raise ValidationFailed(f"{where}: {key} is required")
+        raise _Refusal((*at, key) if key in entry else at, f"{key} is required", entry=at)
     return value
 
 
-def _lease_timeout(entry: Mapping[str, Any], where: str) -> float | None:
+def _lease_timeout(entry: Mapping[str, Any], at: Location) -> float | None:
     value = entry.get("lease_timeout_seconds")
     if value is None:
         return None
+    key_at = (*at, "lease_timeout_seconds")
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationFailed(f"{where}: lease_timeout_seconds must be a positive number")
+        raise _Refusal(key_at, "lease_timeout_seconds must be a positive number", entry=at)
     if problem := lease_timeout_problem(float(value)):
-        raise ValidationFailed(f"{where}: {problem}")
+        raise _Refusal(key_at, problem, entry=at)
     return float(value)
 
 
-def _policy(entry: Mapping[str, Any], where: str, base: Path) -> str | None:
+def _policy(entry: Mapping[str, Any], at: Location, base: Path) -> str | None:
     inline, policy_file = entry.get("policy"), entry.get("policy_file")
     if inline is not None and policy_file is not None:
-        raise ValidationFailed(f"{where}: set either policy or policy_file, not both")
-    bundle: str | None
+        raise _Refusal(at, "set either policy or policy_file, not both")
     if policy_file is not None:
-        bundle = _read_policy_file(policy_file, where, base)
-    elif inline is None or isinstance(inline, str):
-        bundle = inline
-    else:
-        raise ValidationFailed(f"{where}: policy must be a YAML text block (use `policy: |`)")
-    if not bundle:
-        return None
-    _validate_bundle(bundle, where)
-    return bundle
+        path = _policy_path(policy_file, at, base)
+        bundle = _read_policy_file(path, at)
+        if bundle:
+            _validate_bundle(bundle, (*at, "policy_file"), file=str(path))
+        return bundle or None
+    if inline is not None and not isinstance(inline, str):
+        problem = "policy must be a YAML text block (use `policy: |`)"
+        raise _Refusal((*at, "policy"), problem, entry=at)
+    if inline:
+        _validate_bundle(inline, (*at, "policy"))
+    return inline or None
 
 
-def _read_policy_file(value: object, where: str, base: Path) -> str:
+def _policy_path(value: object, at: Location, base: Path) -> Path:
     if not isinstance(value, str) or not value:
-        raise ValidationFailed(f"{where}: policy_file must be a path")
-    path = Path(value) if Path(value).is_absolute() else base / value
+        raise _Refusal((*at, "policy_file"), "policy_file must be a path", entry=at)
+    return Path(value) if Path(value).is_absolute() else base / value
+
+
+def _read_policy_file(path: Path, at: Location) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValidationFailed(f"{where}: cannot read policy_file {path}: {_reason(exc)}") from None
+        problem = f"cannot read policy_file {path}: {_reason(exc)}"
+        raise _Refusal((*at, "policy_file"), problem, entry=at) from None
 
 
-def _validate_bundle(bundle: str, where: str) -> None:
+def _validate_bundle(bundle: str, at: Location, file: str = "") -> None:
+    """Compile the bundle as the kernel will. Its problem is placed in the policy file, or
+    in the manifest when the bundle is written inline (see `_Refusal`)."""
     try:
         load_bundle(bundle)
-    except KernelError as exc:
-        raise ValidationFailed(f"{where}: invalid policy: {exc.message}") from None
+    except BundleInvalid as exc:
+        raise _Refusal(at, exc.problem, bundle=exc, file=file) from None
+    except ValidationFailed as exc:
+        raise _Refusal(at, f"invalid policy: {exc.message}") from None
     except ValueError as exc:
-        raise ValidationFailed(f"{where}: invalid policy: {exc}") from None
+        raise _Refusal(at, f"invalid policy: {exc}") from None
 
 
 def _reason(exc: OSError | UnicodeDecodeError) -> str:

@@ -12,7 +12,7 @@ from rebuno.kernel.policy.engine import (
     RateLimit,
     bundle_error,
 )
-from rebuno.kernel.policy.loader import BundleCache, load_bundle
+from rebuno.kernel.policy.loader import BundleCache, BundleInvalid, load_bundle
 
 __all__ = [
     "PERMISSIVE",
@@ -20,6 +20,7 @@ __all__ = [
     "Budget",
     "Bundle",
     "BundleCache",
+    "BundleInvalid",
     "PolicyResult",
     "RateLimit",
     "bundle_error",

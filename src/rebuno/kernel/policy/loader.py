@@ -2,25 +2,30 @@
 (§14.3), order the rules (§14.4) and compile them into a `Bundle`; plus a cache of compiled
 bundles keyed by their text.
 
-The first problem found raises `ValidationFailed` whose message names the rule and the field,
-e.g. `policy: rule 'cap-llm': field 'then.rate_limit.window': ...`.
+The first problem found raises `BundleInvalid` (a `ValidationFailed`) whose message names the
+line, the rule and the field, e.g. `policy, line 9: rule 'cap-llm': field
+'then.rate_limit.window': ...`; an unknown field is refused with the closest known name, and a
+YAML syntax error carries its line and column.
 
-The only module of the policy package that reads YAML. Must not import the store, the
-services or the API.
+The only module of the policy package that reads YAML; the provisioning manifest borrows its
+helpers for placing a problem in a YAML text (`yaml_place`, `yaml_error_place`,
+`line_and_column`, `closest_key`). Must not import the store, the services or the API.
 """
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, NamedTuple, NoReturn
 
 import re2
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.policy.engine import (
@@ -62,19 +67,123 @@ _REGEX_OPTIONS: Final = re2.Options()
 _REGEX_OPTIONS.log_errors = False
 _REGEX_OPTIONS.never_capture = True
 
+Location = tuple[str | int, ...]
+"""Keys and list indexes from a YAML document's root to one of its nodes."""
+
+
+class BundleInvalid(ValidationFailed):
+    """The first problem of a bundle: `problem` names the rule and the field; `line` and
+    `column` (1-based) place it in the bundle's text when they are known. `yaml_error` is the
+    syntax error, if that is the problem, for a caller that places the text elsewhere."""
+
+    def __init__(
+        self,
+        problem: str,
+        line: int | None = None,
+        column: int | None = None,
+        yaml_error: YAMLError | None = None,
+    ) -> None:
+        super().__init__(f"policy{line_and_column(line, column)}: {problem}")
+        self.problem = problem
+        self.line = line
+        self.column = column
+        self.yaml_error = yaml_error
+
+
+def line_and_column(line: int | None, column: int | None) -> str:
+    """`, line 4, column 7` for a message; empty when the line is unknown."""
+    if line is None:
+        return ""
+    return f", line {line}" + ("" if column is None else f", column {column}")
+
 
 def load_bundle(text: str) -> Bundle:
-    """Validate and compile a bundle; raises `ValidationFailed` on the first problem."""
+    """Validate and compile a bundle; raises `BundleInvalid` on the first problem."""
     document = _parse_yaml(text)
+    try:
+        return _compile_document(document)
+    except _Refusal as refusal:
+        place = yaml_place(text, refusal.location)
+        raise BundleInvalid(refusal.problem, place.line if place else None) from None
+
+
+def _compile_document(document: object) -> Bundle:
     if not isinstance(document, dict):
-        raise ValidationFailed(
-            f"policy: the top level must be a mapping, not {_yaml_type(document)}"
-        )
-    top = _Section(document, owner="", path="", keys=_TOP_KEYS)
+        raise _Refusal(f"the top level must be a mapping, not {_yaml_type(document)}", ())
+    top = _Section(document, owner="", path="", keys=_TOP_KEYS, location=())
     default_action = top.string("default_action")
     rules = _order(_load_rules(top.raw("rules"), top))
     allow = PolicyAction.ALLOW if default_action == "allow" else PolicyAction.DENY
     return Bundle(rules, allow)
+
+
+@dataclass(frozen=True, slots=True)
+class YamlPlace:
+    """Where a key (or a list item) starts in a YAML text, and the node it holds."""
+
+    line: int
+    column: int
+    value: Node | None
+
+
+def yaml_place(text: str, location: Location) -> YamlPlace | None:
+    """Find `location` in `text` by composing it again: the key's (or item's) 1-based line and
+    column, and its value's node. When the path ends early, the deepest part found (without a
+    value); None when the text does not compose.
+
+    Only called once a problem has been found, so a valid document is composed once.
+    """
+    try:
+        # A fresh loader per call: ruamel's YAML objects are not safe to share across threads.
+        node: Node | None = YAML(typ="safe", pure=True).compose(text)
+    except (YAMLError, ValueError, TypeError, RecursionError):
+        return None
+    if node is None:
+        return None
+    mark = node.start_mark
+    for step in location:
+        found = _child(node, step)
+        if found is None:
+            return YamlPlace(mark.line + 1, mark.column + 1, None)
+        start, node = found
+        mark = start.start_mark
+    return YamlPlace(mark.line + 1, mark.column + 1, node)
+
+
+def _child(node: Node, step: str | int) -> tuple[Node, Node] | None:
+    """The key (or item) node and the value node for one step below `node`."""
+    if isinstance(node, SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
+        item: Node = node.value[step]
+        return item, item
+    if isinstance(node, MappingNode):
+        for key, value in node.value:
+            if isinstance(key, ScalarNode) and key.value == str(step):
+                return key, value
+    return None
+
+
+def yaml_error_place(
+    error: YAMLError, first_line: int = 1, indent: int = 0
+) -> tuple[str, int | None, int | None]:
+    """A YAML error as one line of text, with its line and column when it has them. The text
+    parsed starts on line `first_line` of its file, indented by `indent` (a block scalar)."""
+    if not isinstance(error, MarkedYAMLError) or error.problem_mark is None:
+        return " ".join(str(error).split()) or type(error).__name__, None, None
+    mark = error.problem_mark
+    problem = " ".join(str(error.problem or "syntax error").split())
+    context = " ".join(str(error.context or "").split())
+    start = error.context_mark
+    if context and start is not None and start.line != mark.line:
+        problem += f" ({context} that starts on line {start.line + first_line})"
+    elif context:
+        problem += f" ({context})"
+    return problem, mark.line + first_line, mark.column + 1 + indent
+
+
+def closest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key `key` was most likely meant to be, if one is close enough."""
+    matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
 
 
 class BundleCache:
@@ -130,44 +239,80 @@ def _parse_yaml(text: str) -> object:
     try:
         # A fresh loader per call: ruamel's YAML objects are not safe to share across threads.
         return YAML(typ="safe").load(text)
-    except (YAMLError, ValueError, TypeError, RecursionError) as error:
+    except YAMLError as error:
+        problem, line, column = yaml_error_place(error)
+        raise BundleInvalid(f"invalid YAML: {problem}", line, column, error) from error
+    except (ValueError, TypeError, RecursionError) as error:
         problem = " ".join(str(error).split()) or type(error).__name__
-        raise ValidationFailed(f"policy: invalid YAML: {problem}") from error
+        raise BundleInvalid(f"invalid YAML: {problem}") from error
 
 
-def _failure(owner: str, field: str, problem: str) -> ValidationFailed:
+class _Refusal(Exception):
+    """A problem found while compiling, raised up to `load_bundle`, which adds its line."""
+
+    def __init__(self, problem: str, location: Location) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.location = location
+
+
+def _failure(owner: str, field: str, problem: str, location: Location) -> _Refusal:
     where = f"{owner}: " if owner else ""
     subject = f"field '{field}': " if field else ""
-    return ValidationFailed(f"policy: {where}{subject}{problem}")
+    return _Refusal(f"{where}{subject}{problem}", location)
+
+
+def _unknown_field(key: str, keys: frozenset[str]) -> str:
+    close = closest_key(key, keys)
+    if close is not None:
+        return f"unknown field (did you mean '{close}'?)"
+    return f"unknown field (known: {', '.join(sorted(keys))})"
 
 
 class _Section:
-    """One YAML mapping under validation. A key holding null counts as absent."""
+    """One YAML mapping under validation, at `location` in the document. A key holding null
+    counts as absent."""
 
-    def __init__(self, data: object, owner: str, path: str, keys: frozenset[str] | None) -> None:
+    def __init__(
+        self,
+        data: object,
+        owner: str,
+        path: str,
+        keys: frozenset[str] | None,
+        location: Location,
+    ) -> None:
         self.owner = owner
         self.path = path
+        self.location = location
         if not isinstance(data, dict):
-            raise _failure(owner, path, f"must be a mapping, not {_yaml_type(data)}")
+            raise _failure(owner, path, f"must be a mapping, not {_yaml_type(data)}", location)
         for key in data:
             if not isinstance(key, str):
-                raise _failure(owner, self.field(repr(key)), "field names must be strings")
+                raise self.refusal(repr(key), "field names must be strings")
             if keys is not None and key not in keys:
-                raise _failure(owner, self.field(key), "unknown field")
+                raise self.refusal(key, _unknown_field(key, keys))
         self.data: dict[str, object] = data
 
     def field(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def fail(self, key: str | None, problem: str) -> NoReturn:
-        raise _failure(self.owner, self.path if key is None else self.field(key), problem)
+    def refusal(self, key: str | None, problem: str, *more: str | int) -> _Refusal:
+        if key is None:
+            return _failure(self.owner, self.path, problem, self.location)
+        field = self.field(key) + "".join(f"[{index}]" for index in more)
+        return _failure(self.owner, field, problem, (*self.location, key, *more))
+
+    def fail(self, key: str | None, problem: str, *more: str | int) -> NoReturn:
+        raise self.refusal(key, problem, *more)
 
     def raw(self, key: str) -> object:
         return self.data.get(key)
 
     def section(self, key: str, keys: frozenset[str] | None) -> _Section | None:
         value = self.raw(key)
-        return None if value is None else _Section(value, self.owner, self.field(key), keys)
+        if value is None:
+            return None
+        return _Section(value, self.owner, self.field(key), keys, (*self.location, key))
 
     def string(self, key: str) -> str | None:
         value = self.raw(key)
@@ -192,7 +337,7 @@ class _Section:
             self.fail(key, f"must be a list of strings, not {_yaml_type(value)}")
         for index, item in enumerate(value):
             if not isinstance(item, str):
-                self.fail(f"{key}[{index}]", _not_a_string(item))
+                self.fail(key, _not_a_string(item), index)
         return tuple(value)
 
     def integer(self, key: str, minimum: int) -> int:
@@ -246,6 +391,7 @@ def _yaml_type(value: object) -> str:
 class _LoadedRule:
     rule: Rule
     priority: int | None
+    location: Location
 
 
 def _load_rules(value: object, top: _Section) -> list[_LoadedRule]:
@@ -258,29 +404,34 @@ def _load_rules(value: object, top: _Section) -> list[_LoadedRule]:
 
 
 def _load_rule(item: object, number: int, seen: dict[str, int]) -> _LoadedRule:
-    rule_id = _rule_id(item, number)
+    location: Location = ("rules", number - 1)
+    rule_id = _rule_id(item, number, location)
     owner = f"rule {rule_id!r}"
     if rule_id in seen:
-        raise _failure(owner, "id", f"duplicate id (rule #{seen[rule_id]} has it too)")
+        problem = f"duplicate id (rule #{seen[rule_id]} has it too)"
+        raise _failure(owner, "id", problem, (*location, "id"))
     seen[rule_id] = number
-    section = _Section(item, owner, "", _RULE_KEYS)
+    section = _Section(item, owner, "", _RULE_KEYS, location)
     has_priority = section.raw("priority") is not None
     priority = section.integer("priority", _INT64_MIN) if has_priority else None
     when = section.section("when", _WHEN_KEYS)
-    then = section.section("then", _THEN_KEYS) or _Section({}, owner, "then", _THEN_KEYS)
+    then = section.section("then", _THEN_KEYS) or _Section(
+        {}, owner, "then", _THEN_KEYS, (*location, "then")
+    )
     conditions = _conditions(when) if when is not None else _Conditions()
-    return _LoadedRule(Rule(rule_id, _result(then, rule_id), *conditions), priority)
+    rule = Rule(rule_id, _result(then, rule_id), *conditions)
+    return _LoadedRule(rule, priority, location)
 
 
-def _rule_id(item: object, number: int) -> str:
+def _rule_id(item: object, number: int, location: Location) -> str:
     owner = f"rule #{number}"
     if not isinstance(item, dict):
-        raise _failure(owner, "", f"must be a mapping, not {_yaml_type(item)}")
+        raise _failure(owner, "", f"must be a mapping, not {_yaml_type(item)}", location)
     rule_id = item.get("id")
     if rule_id is None or rule_id == "":
-        raise _failure(owner, "id", "required")
+        raise _failure(owner, "id", "required", location)
     if not isinstance(rule_id, str):
-        raise _failure(owner, "id", _not_a_string(rule_id))
+        raise _failure(owner, "id", _not_a_string(rule_id), (*location, "id"))
     return rule_id
 
 
@@ -319,23 +470,27 @@ def _target(when: _Section) -> tuple[GlobMatcher, ...]:
 
 def _targets(when: _Section) -> tuple[GlobMatcher, ...]:
     patterns = when.strings("targets")
-    return tuple(_glob(when, f"targets[{i}]", pattern) for i, pattern in enumerate(patterns))
+    return tuple(_glob(when, "targets", pattern, i) for i, pattern in enumerate(patterns))
 
 
-def _glob(when: _Section, key: str, pattern: str) -> GlobMatcher:
+def _glob(when: _Section, key: str, pattern: str, *index: int) -> GlobMatcher:
     try:
         return target_matcher(pattern)
     except GlobError as error:
-        when.fail(key, str(error))
+        when.fail(key, str(error), *index)
 
 
 def _arguments(section: _Section | None) -> tuple[ArgumentPredicate, ...]:
     if section is None:
         return ()
     return tuple(
-        _predicate(_Section(spec, section.owner, section.field(name), _PREDICATE_KEYS), name)
-        for name, spec in section.data.items()
+        _predicate(section.section(name, _PREDICATE_KEYS) or _no_predicate(section, name), name)
+        for name in section.data
     )
+
+
+def _no_predicate(arguments: _Section, name: str) -> NoReturn:
+    arguments.fail(name, "must be a mapping, not empty")
 
 
 def _predicate(section: _Section, name: str) -> ArgumentPredicate:
@@ -412,18 +567,19 @@ def _budget(section: _Section | None) -> Budget | None:
 
 def _order(loaded: list[_LoadedRule]) -> list[Rule]:
     """All rules with a priority: ascending and unique. None: file order. Mixed: an error."""
-    ranked = [(item.priority, item.rule) for item in loaded if item.priority is not None]
+    ranked = [item for item in loaded if item.priority is not None]
     if not ranked:
         return [item.rule for item in loaded]
     if len(ranked) != len(loaded):
         _mixed_priorities(loaded)
     owners: dict[int, str] = {}
-    for priority, rule in ranked:
+    for item in ranked:
+        priority, rule = item.priority or 0, item.rule
         if priority in owners:
             problem = f"duplicate priority {priority} (rule {owners[priority]!r} has it too)"
-            raise _failure(f"rule {rule.id!r}", "priority", problem)
+            raise _failure(f"rule {rule.id!r}", "priority", problem, (*item.location, "priority"))
         owners[priority] = rule.id
-    return [rule for _, rule in sorted(ranked, key=lambda pair: pair[0])]
+    return [item.rule for item in sorted(ranked, key=lambda item: item.priority or 0)]
 
 
 def _mixed_priorities(loaded: list[_LoadedRule]) -> NoReturn:
@@ -435,5 +591,8 @@ def _mixed_priorities(loaded: list[_LoadedRule]) -> NoReturn:
         else f"given, but rule {first.rule.id!r} has none"
     )
     raise _failure(
-        f"rule {odd.rule.id!r}", "priority", f"{problem}; give every rule a priority, or none"
+        f"rule {odd.rule.id!r}",
+        "priority",
+        f"{problem}; give every rule a priority, or none",
+        (*odd.location, "priority"),
     )

@@ -63,7 +63,18 @@ _DEFAULT_MIN_SIZE = 2
 _DEFAULT_MAX_SIZE = 10
 _ACQUIRE_TIMEOUT_SECONDS = 10.0
 """How long a use case waits for a pooled connection before it fails as `Unavailable`."""
+_USE_SECONDS = 10.0
+"""How long one use of a pooled connection (a read, a transaction) may wait for the server. A
+statement past it is cancelled, which takes up to 10 s more when nothing gets through; without
+it, a request whose statement was sent into a partition would wait until the network heals."""
 _OPEN_TIMEOUT_SECONDS = 10.0
+_LEADER_KEEPALIVE_SECONDS = 1.0
+"""How often a leader's lock session proves it is alive while its job runs."""
+_LEADER_ANSWER_SECONDS = 2.0
+"""How long a leader waits for its lock session to answer before it stops its job."""
+_LEADER_IDLE_LIMIT_MS = 6000
+"""`idle_session_timeout` of a lock session: the server ends it (releasing the lock) once it
+has been idle this long, well after its replica stopped the job (keepalive + answer)."""
 _RETENTION_PAGE = 500
 """Executions deleted per statement, so retention never holds many row locks for long."""
 
@@ -140,9 +151,20 @@ class PostgresStore:
         pool = self._pool
         if pool is None:
             raise Unavailable(f"PostgreSQL {self._server.name}: the store is not open")
+        bound = asyncio.timeout(_USE_SECONDS)
         try:
-            async with pool.connection() as conn:
+            async with pool.connection() as conn, bound:
                 yield conn
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            # Nothing came back: the server or the network is gone without a word (a
+            # partition that resets nothing), or a statement ran far longer than any should.
+            self._check_pool_soon(pool)
+            raise Unavailable(
+                f"PostgreSQL {self._server.name} is unavailable: "
+                f"no answer within {_USE_SECONDS:g} s"
+            ) from None
         except Unavailable:
             self._check_pool_soon(pool)
             raise
@@ -175,24 +197,86 @@ class PostgresStore:
         # and the block's own transactions must not compete with it for a pool slot.
         conn = await self._connect()
         async with conn:
-            with translated(self._server):
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(key),))
-                row = await cur.fetchone()
-            held = bool(row and row[0])
-            yield held
-            if held:
-                await self._unlock(conn, key)
+            if not await self._try_lock(conn, key):
+                yield False
+                return
+            # While the block runs, the lock's session answers a keepalive every second, and
+            # the server ends it once idle for `_LEADER_IDLE_LIMIT_MS`: a replica cut off
+            # from the database by a partition that resets nothing loses the lock then,
+            # instead of keeping it (and every replica's singleton work with it) until the
+            # network recovers. The block is stopped first, as soon as a keepalive goes
+            # unanswered, so no two replicas run it at once each believing it leads.
+            done = asyncio.Event()
+            try:
+                async with asyncio.timeout(None) as scope:
+                    keeper = asyncio.create_task(self._keep_leading(conn, key, scope, done))
+                    try:
+                        yield True
+                    finally:
+                        done.set()
+                        await keeper
+            except TimeoutError:
+                if not scope.expired():
+                    raise  # the job's own
+                raise Unavailable(
+                    f"PostgreSQL {self._server.name}: leader lock {key!r} lost (its session "
+                    "stopped answering); the job was stopped"
+                ) from None
+            await self._unlock(conn, key)
+
+    async def _try_lock(self, conn: Connection, key: str) -> bool:
+        try:
+            async with asyncio.timeout(_LEADER_ANSWER_SECONDS):
+                with translated(self._server):
+                    with contextlib.suppress(psycopg.errors.UndefinedObject):  # before PG 14
+                        await conn.execute(f"SET idle_session_timeout = {_LEADER_IDLE_LIMIT_MS}")
+                    cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(key),))
+                    row = await cur.fetchone()
+        except TimeoutError:
+            raise Unavailable(
+                f"PostgreSQL {self._server.name}: no answer to leader lock {key!r} "
+                f"within {_LEADER_ANSWER_SECONDS:g} s"
+            ) from None
+        return bool(row and row[0])
+
+    async def _keep_leading(
+        self, conn: Connection, key: str, scope: asyncio.Timeout, done: asyncio.Event
+    ) -> None:
+        """Until `done`, a keepalive on the lock's session every `_LEADER_KEEPALIVE_SECONDS`;
+        the first that fails or goes unanswered stops the block at once, through `scope`."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_LEADER_KEEPALIVE_SECONDS):
+                    await done.wait()
+                return
+            keepalive = asyncio.ensure_future(conn.execute("SELECT 1", prepare=False))
+            answered, _ = await asyncio.wait({keepalive}, timeout=_LEADER_ANSWER_SECONDS)
+            if answered and keepalive.exception() is None:
+                continue
+            failure = keepalive.exception() if answered else None
+            log.warning(
+                "leader lock %r: keepalive failed (%s); stopping the job",
+                key,
+                self._server.reason(failure) if failure else "no answer",
+            )
+            # The block is stopped before the statement is: psycopg cancels a statement
+            # through the server, which takes up to seconds when nothing gets through.
+            scope.reschedule(asyncio.get_running_loop().time())
+            keepalive.cancel()
+            await asyncio.gather(keepalive, return_exceptions=True)
+            return
 
     async def _unlock(self, conn: Connection, key: str) -> None:
         # Closing the session would release the lock too, but only once the server has
         # processed the close; unlocking first hands it over before `leader` returns.
         try:
-            await conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(key),))
-        except psycopg.Error as exc:
+            async with asyncio.timeout(_LEADER_ANSWER_SECONDS):
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(key),))
+        except (psycopg.Error, TimeoutError) as exc:
             log.warning(
                 "leader lock %r: unlock failed (%s); closing the session releases it",
                 key,
-                self._server.reason(exc),
+                self._server.reason(exc) if isinstance(exc, psycopg.Error) else "no answer",
             )
 
     # -- committed reads -----------------------------------------------------------------
