@@ -412,9 +412,16 @@ class Store(Protocol):
         ...
 
     # -- background sweeps (ids to act on; each is then handled in its own transaction) --
-    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]: ...
+    async def list_expired_approvals(self, now: datetime, limit: int, after: str = "") -> list[str]:
+        """Ids of pending approvals whose `timeout_at` has come, above `after`, in id order:
+        a sweep pages on past one it could not handle."""
+        ...
 
-    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]: ...
+    async def list_overdue_executions(
+        self, now: datetime, limit: int, after: str = ""
+    ) -> list[str]:
+        """Ids of live executions past their deadline, above `after`, in id order."""
+        ...
 
     async def delete_terminal_before(self, cutoff: datetime) -> int:
         """Retention: deletes terminal executions last updated before `cutoff`, with their

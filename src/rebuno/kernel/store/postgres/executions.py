@@ -30,8 +30,8 @@ TERMINAL = "('completed', 'failed', 'cancelled')"
 _GET = f"SELECT {COLUMNS} FROM executions e WHERE e.id = %s"
 _OVERDUE = """
     SELECT id FROM executions
-    WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s
-    ORDER BY deadline_at, id LIMIT %s
+    WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s AND id > %s
+    ORDER BY id LIMIT %s
 """
 # The children go in the same statement: only approvals still cascade (008_hot_path_keys).
 _DELETE_TERMINAL = f"""
@@ -104,8 +104,8 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
     return Page(items=items, next_cursor=next_cursor)
 
 
-async def list_overdue(conn: Executor, now: datetime, limit: int) -> list[str]:
-    cur = await conn.execute(_OVERDUE, (now, limit))
+async def list_overdue(conn: Executor, now: datetime, limit: int, after: str) -> list[str]:
+    cur = await conn.execute(_OVERDUE, (now, after, limit))
     return [row[0] for row in await cur.fetchall()]
 
 

@@ -266,11 +266,13 @@ class PostgresStore:
         return await self._read(dispatches.list_superseded, agent_id, instance, limit)
 
     # -- background sweeps ---------------------------------------------------------------
-    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:
-        return await self._read(approvals.list_expired, now, limit)
+    async def list_expired_approvals(self, now: datetime, limit: int, after: str = "") -> list[str]:
+        return await self._read(approvals.list_expired, now, limit, after)
 
-    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]:
-        return await self._read(executions.list_overdue, now, limit)
+    async def list_overdue_executions(
+        self, now: datetime, limit: int, after: str = ""
+    ) -> list[str]:
+        return await self._read(executions.list_overdue, now, limit, after)
 
     async def delete_terminal_before(self, cutoff: datetime) -> int:
         total = 0

@@ -123,12 +123,12 @@ def list_page(conn: sqlite3.Connection, flt: ExecutionFilter) -> Page[Execution]
     return Page(items=items, next_cursor=next_cursor)
 
 
-def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int) -> list[str]:
+def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int, after: str) -> list[str]:
     rows = conn.execute(
         """SELECT id FROM executions
-           WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= ?
-           ORDER BY deadline_at LIMIT ?""",
-        (to_micros(now), limit),
+           WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= ? AND id > ?
+           ORDER BY id LIMIT ?""",
+        (to_micros(now), after, limit),
     ).fetchall()
     return [row[0] for row in rows]
 

@@ -480,11 +480,13 @@ class SqliteStore:
         return self._read(dispatches.list_superseded, agent_id, instance, limit)
 
     # -- background sweeps ---------------------------------------------------------------
-    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:
-        return self._read(approvals.list_expired, now, limit)
+    async def list_expired_approvals(self, now: datetime, limit: int, after: str = "") -> list[str]:
+        return self._read(approvals.list_expired, now, limit, after)
 
-    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]:
-        return self._read(executions.list_overdue, now, limit)
+    async def list_overdue_executions(
+        self, now: datetime, limit: int, after: str = ""
+    ) -> list[str]:
+        return self._read(executions.list_overdue, now, limit, after)
 
     async def delete_terminal_before(self, cutoff: datetime) -> int:
         total = 0
