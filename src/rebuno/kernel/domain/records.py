@@ -114,3 +114,12 @@ class Lease:
 
     dispatch_id: str
     attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeenRequest:
+    """An accepted `v1=` agent request as the kernel remembers it against a copy (§2.3): a
+    digest of its signature, and the time after which no copy of it verifies any more."""
+
+    digest: bytes
+    until: datetime

@@ -17,7 +17,7 @@ from rebuno.kernel.domain.decision import Carried, StepRecord
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound, lease_superseded
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import check_owner, mark_started, transition
-from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
+from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, SeenRequest, Step
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
@@ -152,10 +152,19 @@ class ExecutionUseCases(ServiceBase):
         outcomes: Sequence[Carried] = (),
         *,
         policy: bool = False,
+        seen: SeenRequest | None = None,
     ) -> bool:
         """Renews the lease and records what the heartbeat carries. With `policy`, also
-        answers whether the agent is still without a policy (`step-records`)."""
+        answers whether the agent is still without a policy (`step-records`).
+
+        A copy of a heartbeat already accepted (`seen`, §2.3) gets the same answer and
+        changes nothing: the lease is not renewed again, so replaying a captured heartbeat
+        cannot keep a dead run's lease alive."""
         async with self.transaction(execution_id) as tx:
+            if seen is not None and not await tx.remember_request(seen.digest, seen.until):
+                locked = await tx.lock_execution(execution_id)
+                check_owner(locked.execution, agent_id)
+                return policy and not locked.policy_bundle
             now = self.clock()
             locked = await tx.lock_execution(execution_id, lease, now, wanted_by(outcomes))
             execution = locked.execution

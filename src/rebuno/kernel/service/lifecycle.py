@@ -73,9 +73,11 @@ async def _each(
 
 
 async def sweep(kernel: Kernel) -> None:
-    """The singleton sweep: expiry, deadlines, then retention."""
+    """The singleton sweep: expiry, deadlines, the digests of requests whose copies can no
+    longer verify (§2.3), then retention."""
     await expire_approvals(kernel)
     await cancel_overdue(kernel)
+    await kernel.store.forget_requests(kernel.clock())
     retention = kernel.settings.retention
     if retention > timedelta(0):
         deleted = await kernel.store.delete_terminal_before(kernel.clock() - retention)

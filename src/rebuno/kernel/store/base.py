@@ -259,6 +259,11 @@ class Transaction(Protocol):
         otherwise returns the estimated wait in seconds."""
         ...
 
+    async def remember_request(self, digest: bytes, until: datetime) -> bool:
+        """Records the digest of an accepted signed request (§2.3), kept at least until
+        `until`, as a write of this transaction; False when it is recorded already."""
+        ...
+
     # -- writes --------------------------------------------------------------------------
     async def insert_execution(self, execution: Execution) -> None:
         """Raises `NotFound` when the execution's agent is not registered, from this call or
@@ -426,4 +431,13 @@ class Store(Protocol):
     async def delete_terminal_before(self, cutoff: datetime) -> int:
         """Retention: deletes terminal executions last updated before `cutoff`, with their
         children, and rate buckets untouched since then. Returns executions deleted."""
+        ...
+
+    # -- replay protection (§2.3) --------------------------------------------------------
+    async def remember_request(self, digest: bytes, until: datetime) -> bool:
+        """`Transaction.remember_request` as one committed statement."""
+        ...
+
+    async def forget_requests(self, now: datetime) -> int:
+        """Deletes the digests kept until before `now`; how many it deleted."""
         ...

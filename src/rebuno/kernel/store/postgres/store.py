@@ -34,6 +34,7 @@ from rebuno.kernel.store.postgres import (
     executions,
     migrations,
     rate_buckets,
+    seen_requests,
     steps,
     submissions,
 )
@@ -283,6 +284,12 @@ class PostgresStore:
                 break
         await self._read(rate_buckets.delete_before, cutoff)
         return total
+
+    async def remember_request(self, digest: bytes, until: datetime) -> bool:
+        return await self._read(seen_requests.remember, digest, until)
+
+    async def forget_requests(self, now: datetime) -> int:
+        return await self._read(seen_requests.forget_before, now)
 
 
 async def _check(pool: AsyncConnectionPool[Connection]) -> None:

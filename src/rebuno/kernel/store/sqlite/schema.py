@@ -150,7 +150,21 @@ _AGENT_INSTANCES = (
     "ALTER TABLE dispatches ADD COLUMN instance_incarnation TEXT",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_TABLES + _INDEXES + _TRIGGERS, _AGENT_INSTANCES)
+# Replay protection of `v1=` agent requests (§2.3): digests of accepted ones, until a copy's
+# timestamp would be refused anyway; the sweep deletes the rows past `expires_at`.
+_SEEN_REQUESTS = (
+    """CREATE TABLE seen_requests (
+        digest BLOB PRIMARY KEY,
+        expires_at INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX seen_requests_expiry ON seen_requests (expires_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    _TABLES + _INDEXES + _TRIGGERS,
+    _AGENT_INSTANCES,
+    _SEEN_REQUESTS,
+)
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
 
 LATEST = len(MIGRATIONS)

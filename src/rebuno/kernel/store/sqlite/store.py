@@ -48,6 +48,7 @@ from rebuno.kernel.store.sqlite import (
     events,
     executions,
     rate_buckets,
+    seen_requests,
     steps,
 )
 from rebuno.kernel.store.sqlite.errors import driver_errors
@@ -501,6 +502,16 @@ class SqliteStore:
             with driver_errors(self._path):
                 rate_buckets.delete_before(conn, cutoff)
         return total
+
+    async def remember_request(self, digest: bytes, until: datetime) -> bool:
+        async with self._write() as conn:
+            with driver_errors(self._path):
+                return seen_requests.remember(conn, digest, until)
+
+    async def forget_requests(self, now: datetime) -> int:
+        async with self._write() as conn:
+            with driver_errors(self._path):
+                return seen_requests.forget_before(conn, now)
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:
