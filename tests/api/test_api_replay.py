@@ -1,8 +1,8 @@
 """Replays of captured `v1=` agent requests within the timestamp window (§2.3): each one below
 is sent byte for byte as first accepted, and what it does is pinned route by route. A copy of
-a heartbeat or an announcement changes nothing and gets the first answer; completions, failures
-and finishes are no-ops by their own rules; a submission under `step-occurrences` names the
-same step again."""
+a heartbeat (after a short grace) or an announcement changes nothing and gets the first
+answer; completions, failures and finishes are no-ops by their own rules; a submission under
+`step-occurrences` names the same step again."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import httpx
 from rebuno.kernel.api.auth import seen_request
 from rebuno.kernel.domain.records import Execution, Lease, SeenRequest
 from rebuno.kernel.service.dispatches import reclaim_expired_leases
+from rebuno.kernel.service.executions import COPY_GRACE
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.extensions import AgentInstance
 from tests.api.harness import AGENT, AgentClient
@@ -58,6 +59,21 @@ async def test_a_replayed_heartbeat_answers_the_same_and_does_not_renew_the_leas
 
     assert replayed.status_code == 204
     assert await reclaim_expired_leases(kernel) == 1
+
+
+async def test_identical_heartbeats_within_the_grace_all_renew_the_lease(
+    kernel: Kernel, clock: ManualClock, leased: AgentClient, execution: Execution
+) -> None:
+    # An agent beating faster than once a second signs several heartbeats alike.
+    heartbeat = Captured(leased, f"/v0/executions/{execution.id}/heartbeat", lease=leased.lease)
+    assert (await heartbeat.send()).status_code == 204
+    clock.advance(COPY_GRACE)
+
+    again = await heartbeat.send()
+    clock.advance(LEASE - timedelta(seconds=1))
+
+    assert again.status_code == 204
+    assert await reclaim_expired_leases(kernel) == 0
 
 
 async def test_a_fresh_heartbeat_still_renews_the_lease(

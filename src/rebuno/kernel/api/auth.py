@@ -90,9 +90,8 @@ class Authenticator:
             raise Unauthorized(_SIGNATURE_FAILED)
         return secret
 
-    async def require_agent(self, request: Request, body: bytes) -> tuple[str, SeenRequest | None]:
-        """The authenticated agent id, and for a `v1=` request what the kernel remembers of
-        it against a copy; or `Unauthorized`."""
+    async def require_agent(self, request: Request, body: bytes) -> AgentCaller:
+        """The authenticated agent and its request, or `Unauthorized`."""
         headers = request.headers
         agent_id = _exactly_once(headers, AGENT_ID_HEADER)
         signature = _exactly_once(headers, SIGNATURE_HEADER)
@@ -101,12 +100,12 @@ class Authenticator:
         if signature.startswith(REQUEST_SCHEME_PREFIX):
             if not self._verify_request(request.scope, secret, fields, body, signature):
                 raise Unauthorized(_SIGNATURE_FAILED)
-            return agent_id, seen_request(agent_id, signature, fields.timestamp)
+            return AgentCaller(body, agent_id, signature, fields.timestamp)
         if not (signature.startswith(BODY_SCHEME_PREFIX) and self._accept_body_scheme):
             raise Unauthorized("unauthorized: unsupported Rebuno-Signature scheme")
         if not verify_body(secret, body, signature):
             raise Unauthorized(_SIGNATURE_FAILED)
-        return agent_id, None
+        return AgentCaller(body, agent_id)
 
     def _verify_request(
         self,
@@ -193,11 +192,20 @@ class Caller:
 
 @dataclass(frozen=True, slots=True)
 class AgentCaller:
-    """A request signed by an agent; `seen` is set for the `v1=` scheme."""
+    """A request signed by an agent: with the `v1=` scheme, its signature and timestamp."""
 
     body: bytes
     agent_id: str
-    seen: SeenRequest | None = None
+    signature: str = ""
+    timestamp: str = ""
+
+    def seen(self) -> SeenRequest | None:
+        """What the kernel remembers of this request against a copy (§2.3); None for the
+        body scheme, whose requests carry no time. Worked out only by the routes that use
+        it, so a step submission pays nothing for it."""
+        if not self.timestamp:
+            return None
+        return seen_request(self.agent_id, self.signature, self.timestamp)
 
 
 class Gate:
@@ -216,8 +224,7 @@ class Gate:
     async def agent(self, request: Request) -> AgentCaller:
         await self._auth.require_known_agent(request.headers)
         body = await read_body(request, self._limit, self._timeout)
-        agent_id, seen = await self._auth.require_agent(request, body)
-        return AgentCaller(body, agent_id, seen)
+        return await self._auth.require_agent(request, body)
 
     async def client_or_agent(self, request: Request) -> Caller:
         if is_agent_request(request.headers):

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
@@ -37,6 +37,9 @@ CLIENT_CANCELLED = "client_cancelled"
 REPLICA_POLL_SECONDS = 0.25
 DEADLINE_EXCEEDED = "deadline_exceeded"
 DISPATCH_EXHAUSTED = "dispatch_exhausted"
+COPY_GRACE = timedelta(seconds=2)
+"""How long after its first sighting a copy of a heartbeat still renews the lease (§2.3): the
+timestamp is whole seconds, so an agent beating faster than once a second sends copies."""
 
 
 class ExecutionUseCases(ServiceBase):
@@ -157,15 +160,17 @@ class ExecutionUseCases(ServiceBase):
         """Renews the lease and records what the heartbeat carries. With `policy`, also
         answers whether the agent is still without a policy (`step-records`).
 
-        A copy of a heartbeat already accepted (`seen`, §2.3) gets the same answer and
-        changes nothing: the lease is not renewed again, so replaying a captured heartbeat
-        cannot keep a dead run's lease alive."""
+        A copy of a heartbeat already accepted (`seen`, §2.3) more than `COPY_GRACE` ago
+        gets the same answer and changes nothing: the lease is not renewed again, so
+        replaying a captured heartbeat cannot keep a dead run's lease alive. An agent that
+        beats more than once a second sends identical heartbeats within that grace, and each
+        renews as it should."""
         async with self.transaction(execution_id) as tx:
-            if seen is not None and not await tx.remember_request(seen.digest, seen.until):
+            now = self.clock()
+            if seen is not None and await _stale_copy(tx, seen, now):
                 locked = await tx.lock_execution(execution_id)
                 check_owner(locked.execution, agent_id)
                 return policy and not locked.policy_bundle
-            now = self.clock()
             locked = await tx.lock_execution(execution_id, lease, now, wanted_by(outcomes))
             execution = locked.execution
             check_owner(execution, agent_id)
@@ -374,3 +379,9 @@ async def _hold(
 
 def _deadline(execution: Execution) -> str | None:
     return format_timestamp(execution.deadline_at) if execution.deadline_at else None
+
+
+async def _stale_copy(tx: Transaction, seen: SeenRequest, now: datetime) -> bool:
+    """Whether the request is a copy of one first accepted more than `COPY_GRACE` ago."""
+    first = await tx.remember_request(seen.digest, now, seen.until)
+    return first is not None and now - first > COPY_GRACE

@@ -32,7 +32,8 @@ class InstanceUseCases(ServiceBase):
 
         A copy of an announcement already accepted (`seen`, §2.3) reclaims nothing: replayed
         after a later incarnation announced itself, it would otherwise end that one's work."""
-        if seen is not None and not await self.store.remember_request(seen.digest, seen.until):
+        copy = seen and await self.store.remember_request(seen.digest, self.clock(), seen.until)
+        if copy:
             return 0
         held = await self.store.list_superseded_dispatches(agent_id, instance, ANNOUNCE_LIMIT)
         ended = 0

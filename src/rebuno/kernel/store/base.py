@@ -259,9 +259,12 @@ class Transaction(Protocol):
         otherwise returns the estimated wait in seconds."""
         ...
 
-    async def remember_request(self, digest: bytes, until: datetime) -> bool:
-        """Records the digest of an accepted signed request (§2.3), kept at least until
-        `until`, as a write of this transaction; False when it is recorded already."""
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        """Records the digest of a signed request accepted `now` (§2.3), kept at least until
+        `until`, as a write of this transaction. None when it is new; for a copy, when the
+        digest was first recorded."""
         ...
 
     # -- writes --------------------------------------------------------------------------
@@ -434,7 +437,9 @@ class Store(Protocol):
         ...
 
     # -- replay protection (§2.3) --------------------------------------------------------
-    async def remember_request(self, digest: bytes, until: datetime) -> bool:
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
         """`Transaction.remember_request` as one committed statement."""
         ...
 

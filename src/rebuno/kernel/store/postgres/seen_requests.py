@@ -11,20 +11,31 @@ from datetime import datetime
 
 from rebuno.kernel.store.postgres.connection import Executor
 
-# A concurrent copy waits on the first one's uncommitted row and then finds it, so exactly one
-# of two copies is fresh; a first one that rolled back leaves nothing behind.
+# One round trip: the insert, or else the first sighting. A concurrent copy waits on the
+# first one's uncommitted row and then inserts nothing; the row it waited for committed after
+# this statement's snapshot, so it reads nothing either and counts as seen now.
 _REMEMBER = """
-    INSERT INTO seen_requests (digest, expires_at) VALUES (%s, %s)
-    ON CONFLICT (digest) DO NOTHING RETURNING true
+    WITH new AS (
+        INSERT INTO seen_requests (digest, seen_at, expires_at)
+        VALUES (%(digest)s, %(now)s, %(until)s)
+        ON CONFLICT (digest) DO NOTHING RETURNING true AS fresh
+    )
+    SELECT (SELECT fresh FROM new),
+        (SELECT seen_at FROM seen_requests WHERE digest = %(digest)s)
 """
 _FORGET = "DELETE FROM seen_requests WHERE expires_at < %s"
 
 
-async def remember(conn: Executor, digest: bytes, until: datetime) -> bool:
-    """Records `digest`; False when it is recorded already (the request is a copy)."""
-    # A row back, not `rowcount`: in a transaction's pipeline that is known only once fetched.
-    cur = await conn.execute(_REMEMBER, (digest, until))
-    return await cur.fetchone() is not None
+async def remember(
+    conn: Executor, digest: bytes, now: datetime, until: datetime
+) -> datetime | None:
+    """Records `digest` as seen `now`; None when it is new, else when it was first seen."""
+    cur = await conn.execute(_REMEMBER, {"digest": digest, "now": now, "until": until})
+    row = await cur.fetchone()
+    if row is None or row[0]:
+        return None
+    seen_at: datetime | None = row[1]
+    return seen_at or now
 
 
 async def forget_before(conn: Executor, now: datetime) -> int:

@@ -285,8 +285,10 @@ class PostgresStore:
         await self._read(rate_buckets.delete_before, cutoff)
         return total
 
-    async def remember_request(self, digest: bytes, until: datetime) -> bool:
-        return await self._read(seen_requests.remember, digest, until)
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        return await self._read(seen_requests.remember, digest, now, until)
 
     async def forget_requests(self, now: datetime) -> int:
         return await self._read(seen_requests.forget_before, now)

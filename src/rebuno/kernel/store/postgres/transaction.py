@@ -280,8 +280,10 @@ class PostgresTransaction:
     ) -> float | None:
         return await self._run(rate_buckets.take, key, max_calls, window_seconds, now)
 
-    async def remember_request(self, digest: bytes, until: datetime) -> bool:
-        return await self._run(seen_requests.remember, digest, until)
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        return await self._run(seen_requests.remember, digest, now, until)
 
     # -- writes (collected, or queued in order) ------------------------------------------
     async def insert_execution(self, execution: Execution) -> None:

@@ -155,6 +155,7 @@ _AGENT_INSTANCES = (
 _SEEN_REQUESTS = (
     """CREATE TABLE seen_requests (
         digest BLOB PRIMARY KEY,
+        seen_at INTEGER NOT NULL,
         expires_at INTEGER NOT NULL
     ) WITHOUT ROWID""",
     "CREATE INDEX seen_requests_expiry ON seen_requests (expires_at)",

@@ -9,16 +9,21 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 
-from rebuno.kernel.store.sqlite.timestamps import to_micros
+from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
 
 
-def remember(conn: sqlite3.Connection, digest: bytes, until: datetime) -> bool:
-    """Records `digest`; False when it is recorded already (the request is a copy)."""
+def remember(
+    conn: sqlite3.Connection, digest: bytes, now: datetime, until: datetime
+) -> datetime | None:
+    """Records `digest` as seen `now`; None when it is new, else when it was first seen."""
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO seen_requests (digest, expires_at) VALUES (?, ?)",
-        (digest, to_micros(until)),
+        "INSERT OR IGNORE INTO seen_requests (digest, seen_at, expires_at) VALUES (?, ?, ?)",
+        (digest, to_micros(now), to_micros(until)),
     )
-    return cursor.rowcount == 1
+    if cursor.rowcount == 1:
+        return None
+    row = conn.execute("SELECT seen_at FROM seen_requests WHERE digest = ?", (digest,)).fetchone()
+    return from_micros(row[0]) if row else now
 
 
 def forget_before(conn: sqlite3.Connection, now: datetime) -> int:

@@ -503,10 +503,12 @@ class SqliteStore:
                 rate_buckets.delete_before(conn, cutoff)
         return total
 
-    async def remember_request(self, digest: bytes, until: datetime) -> bool:
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
         async with self._write() as conn:
             with driver_errors(self._path):
-                return seen_requests.remember(conn, digest, until)
+                return seen_requests.remember(conn, digest, now, until)
 
     async def forget_requests(self, now: datetime) -> int:
         async with self._write() as conn:

@@ -137,8 +137,10 @@ class SqliteTransaction:
     ) -> float | None:
         return self._run(rate_buckets.take, key, max_calls, window_seconds, now)
 
-    async def remember_request(self, digest: bytes, until: datetime) -> bool:
-        return self._run(seen_requests.remember, digest, until)
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        return self._run(seen_requests.remember, digest, now, until)
 
     # -- writes --------------------------------------------------------------------------
     async def insert_execution(self, execution: Execution) -> None:
