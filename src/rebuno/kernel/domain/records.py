@@ -47,6 +47,9 @@ class Execution:
     deadline_at: datetime | None
     last_event_seq: int
     """Highest `event_seq` written; the next event of this execution gets this + 1."""
+    omitted: tuple[tuple[str, int], ...] = ()
+    """On a list page only: the payloads left out (`input`, `output`), each with its size in
+    bytes; the record then holds `null` and None in their place (§5.1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,9 @@ class Step:
     """`event_seq` of the step's `step.proposed`: the order steps are listed in."""
     started_at: datetime | None
     completed_at: datetime | None
+    omitted: tuple[tuple[str, int], ...] = ()
+    """In a step list only: the payloads left out (`args`, `result`, `error`), each with its
+    size in bytes; the record then holds None in their place (§5.2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,9 @@ class Event:
     type: str
     payload: RawJson
     occurred_at: datetime
+    omitted: tuple[tuple[str, int], ...] = ()
+    """On an events page only: `(("payload", size in bytes),)` when the payload was left out;
+    the record then holds `null` in its place (§5.1)."""
 
 
 @dataclass(frozen=True, slots=True)

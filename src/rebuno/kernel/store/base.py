@@ -46,6 +46,12 @@ class Page(Generic[T]):
     next_cursor: str | None
 
 
+LISTED_PAYLOAD_BYTES = 64 * 1024
+"""The largest payload (an execution's input or output; a step's args, result or error; an
+event's payload) a list carries; a larger one is left out and named in the item's `omitted`
+(§5.1, §5.2)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutionFilter:
     agent_id: str | None = None
@@ -53,6 +59,8 @@ class ExecutionFilter:
     cursor: str | None = None
     """Return executions whose id is strictly smaller than this one."""
     limit: int = 50
+    payload_limit: int = LISTED_PAYLOAD_BYTES
+    """An input or output of more bytes than this is left out of the page (`omitted`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,10 +364,21 @@ class Store(Protocol):
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]: ...
 
-    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]: ...
+    async def list_events(
+        self,
+        execution_id: str,
+        after_seq: int,
+        limit: int,
+        payload_limit: int = LISTED_PAYLOAD_BYTES,
+    ) -> list[Event]:
+        """A payload of more than `payload_limit` bytes is left out (`Event.omitted`)."""
+        ...
 
-    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
-        """`status`: `terminal`, a step status name, or None for all; proposal order."""
+    async def list_steps(
+        self, execution_id: str, status: str | None, payload_limit: int = LISTED_PAYLOAD_BYTES
+    ) -> list[Step]:
+        """`status`: `terminal`, a step status name, or None for all; proposal order. A
+        payload of more than `payload_limit` bytes is left out (`Step.omitted`)."""
         ...
 
     async def get_step(self, step_id: str) -> Step | None: ...

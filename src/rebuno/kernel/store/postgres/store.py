@@ -25,7 +25,14 @@ from psycopg_pool import AsyncConnectionPool
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
 from rebuno.kernel.pgserver import Server
-from rebuno.kernel.store.base import ClaimedDispatch, Completion, ExecutionFilter, Page, Unchanged
+from rebuno.kernel.store.base import (
+    LISTED_PAYLOAD_BYTES,
+    ClaimedDispatch,
+    Completion,
+    ExecutionFilter,
+    Page,
+    Unchanged,
+)
 from rebuno.kernel.store.postgres import (
     agents,
     approvals,
@@ -206,11 +213,19 @@ class PostgresStore:
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self._read(executions.list_page, flt)
 
-    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
-        return await self._read(events.list_after, execution_id, after_seq, limit)
+    async def list_events(
+        self,
+        execution_id: str,
+        after_seq: int,
+        limit: int,
+        payload_limit: int = LISTED_PAYLOAD_BYTES,
+    ) -> list[Event]:
+        return await self._read(events.list_after, execution_id, after_seq, limit, payload_limit)
 
-    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
-        return await self._read(steps.list_for, execution_id, status)
+    async def list_steps(
+        self, execution_id: str, status: str | None, payload_limit: int = LISTED_PAYLOAD_BYTES
+    ) -> list[Step]:
+        return await self._read(steps.list_for, execution_id, status, payload_limit)
 
     async def get_step(self, step_id: str) -> Step | None:
         return await self._read(steps.get, step_id)

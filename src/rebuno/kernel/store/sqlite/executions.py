@@ -7,6 +7,7 @@ Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this packag
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +37,15 @@ def prefixed(alias: str) -> str:
 
 
 _TERMINAL = "('completed', 'failed', 'cancelled')"
+# A list page: `COLUMNS` with an input or output over the page's limit (the `?`s) left out,
+# and then the two sizes, in bytes of UTF-8.
+_LISTED = (
+    "id, agent_id, agent_version,"
+    " CASE WHEN length(CAST(input AS BLOB)) > ? THEN 'null' ELSE input END, status,"
+    " CASE WHEN length(CAST(output AS BLOB)) > ? THEN NULL ELSE output END, failure_reason,"
+    " created_at, updated_at, deadline_at, last_event_seq,"
+    " length(CAST(input AS BLOB)), length(CAST(output AS BLOB))"
+)
 
 
 def to_record(row: tuple[Any, ...]) -> Execution:
@@ -52,6 +62,16 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         deadline_at=from_micros_or_none(row[9]),
         last_event_seq=row[10],
     )
+
+
+def _listed(row: tuple[Any, ...], payload_limit: int) -> Execution:
+    record = to_record(row)
+    omitted = tuple(
+        (name, size)
+        for name, size in (("input", row[WIDTH]), ("output", row[WIDTH + 1]))
+        if size is not None and size > payload_limit
+    )
+    return replace(record, omitted=omitted) if omitted else record
 
 
 def get(conn: sqlite3.Connection, execution_id: str) -> Execution:
@@ -115,10 +135,10 @@ def list_page(conn: sqlite3.Connection, flt: ExecutionFilter) -> Page[Execution]
             params.append(value)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM executions {where} ORDER BY id DESC LIMIT ?",
-        (*params, flt.limit + 1),
+        f"SELECT {_LISTED} FROM executions {where} ORDER BY id DESC LIMIT ?",
+        (flt.payload_limit, flt.payload_limit, *params, flt.limit + 1),
     ).fetchall()
-    items = [to_record(row) for row in rows[: flt.limit]]
+    items = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
     next_cursor = items[-1].id if len(rows) > flt.limit and items else None
     return Page(items=items, next_cursor=next_cursor)
 

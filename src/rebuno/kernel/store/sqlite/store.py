@@ -33,6 +33,7 @@ from typing import Concatenate, ParamSpec, TextIO, TypeVar
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
 from rebuno.kernel.store.base import (
+    LISTED_PAYLOAD_BYTES,
     ClaimedDispatch,
     Completion,
     ExecutionFilter,
@@ -410,11 +411,19 @@ class SqliteStore:
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return self._read(executions.list_page, flt)
 
-    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
-        return self._read(events.list_after, execution_id, after_seq, limit)
+    async def list_events(
+        self,
+        execution_id: str,
+        after_seq: int,
+        limit: int,
+        payload_limit: int = LISTED_PAYLOAD_BYTES,
+    ) -> list[Event]:
+        return self._read(events.list_after, execution_id, after_seq, limit, payload_limit)
 
-    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
-        return self._read(steps.list_for, execution_id, status)
+    async def list_steps(
+        self, execution_id: str, status: str | None, payload_limit: int = LISTED_PAYLOAD_BYTES
+    ) -> list[Step]:
+        return self._read(steps.list_for, execution_id, status, payload_limit)
 
     async def get_step(self, step_id: str) -> Step | None:
         return self._read(steps.find, step_id)
