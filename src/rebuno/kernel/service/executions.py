@@ -37,9 +37,11 @@ CLIENT_CANCELLED = "client_cancelled"
 REPLICA_POLL_SECONDS = 0.25
 DEADLINE_EXCEEDED = "deadline_exceeded"
 DISPATCH_EXHAUSTED = "dispatch_exhausted"
-COPY_GRACE = timedelta(seconds=2)
+COPY_GRACE = timedelta(seconds=10)
 """How long after its first sighting a copy of a heartbeat still renews the lease (§2.3): the
-timestamp is whole seconds, so an agent beating faster than once a second sends copies."""
+timestamp is whole seconds, so an agent beating faster than once a second sends copies, and a
+busy kernel may serve the last of them some seconds after the first. A replay gains at most
+this much lease."""
 
 
 class ExecutionUseCases(ServiceBase):
