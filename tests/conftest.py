@@ -15,6 +15,7 @@ import pytest
 
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.store.sqlite import SqliteStore
+from tests.rawsql import RawSql, raw_sql_for
 from tests.support import ManualClock
 
 _PG_PLUGIN = Path(__file__).with_name("pgfixtures.py")
@@ -39,6 +40,12 @@ async def store(unopened_store: Store) -> AsyncIterator[Store]:
         yield unopened_store
     finally:
         await unopened_store.close()
+
+
+@pytest.fixture
+def raw_sql(store: Store, request: pytest.FixtureRequest) -> RawSql:
+    """Runs one SQL statement on the `store`'s database behind its back (`tests.rawsql`)."""
+    return raw_sql_for(store, request)
 
 
 @pytest.fixture

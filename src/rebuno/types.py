@@ -47,7 +47,8 @@ class Execution(_Model):
     """One run of one agent on one input.
 
     `status` is an `ExecutionStatus`; `output` is set once it completed, `failure_reason` once it
-    failed or was cancelled.
+    failed or was cancelled. On a page of `Client.list`, `omitted` names the payloads (`input`,
+    `output`) left out for their size, in bytes: `Client.get` has them.
     """
 
     id: str
@@ -71,6 +72,7 @@ class Execution(_Model):
     forked_from: str = ""
     fork_seq: int = 0
     spawned_by: SpawnedBy | None = None
+    omitted: dict[str, int] = {}
 
 
 class ExecutionPage(_Model):
@@ -97,6 +99,9 @@ class Step(_Model):
     usage: dict[str, int] | None = None
     started_at: str = ""
     completed_at: str = ""
+    omitted: dict[str, int] = {}
+    """In `Client.list_steps`: the payloads (`args`, `result`, `error`) left out for their size,
+    in bytes; `Client.get_step` has them."""
 
 
 class StepDecision(_Model):
@@ -112,13 +117,16 @@ class StepDecision(_Model):
 
 
 class Event(_Model):
-    """One entry of an execution's append-only event log, ordered by `event_seq`."""
+    """One entry of an execution's append-only event log, ordered by `event_seq`. `omitted`
+    is `{"payload": size}` when a page left a payload of more than 64 KiB out: the execution
+    (`Client.get`) or the step (`Client.get_step`) carries what it held."""
 
     execution_id: str = ""
     event_seq: int = 0
     type: str = ""
     payload: Any = None
     occurred_at: str = ""
+    omitted: dict[str, int] = {}
 
 
 class Approval(_Model):

@@ -1,6 +1,7 @@
 """The official Rebuno Python SDK (installed from the registry in its own environment, since
 it shares our import name) runs an agent against `rebuno dev` unchanged: two tool calls, a
-crash inside the second, re-dispatch, replay of the first, completion."""
+crash inside the second, re-dispatch, replay of the first, completion. Its models also read
+what this kernel's lists send when they leave large payloads out."""
 
 from __future__ import annotations
 
@@ -160,3 +161,36 @@ def test_official_sdk_runs_a_sub_agent(tmp_path: Path) -> None:
     types = [event["type"] for event in events]
     assert "execution.blocked" in types
     assert types.count("execution.resumed") == 1
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.29.2"])
+def test_official_sdk_reads_a_step_list_item_whose_payloads_were_left_out(version: str) -> None:
+    # What `GET …/steps` sends for a step whose args and result are over the list's limit.
+    item = {
+        "step_id": "a" * 64,
+        "execution_id": "01a2",
+        "kind": "tool_call",
+        "target": "web_search",
+        "args_hash": "b" * 64,
+        "occurrence": 0,
+        "status": "succeeded",
+        "idempotency": "safe_to_retry",
+        "omitted": {"args": 70000, "result": 200000},
+    }
+    script = (
+        "import json, sys\n"
+        "from rebuno.types import Step\n"
+        "step = Step.model_validate(json.loads(sys.argv[1]))\n"
+        "print(step.status, step.args, step.result)\n"
+    )
+    python = official_sdk_python(version)
+    done = subprocess.run(
+        [str(python), "-c", script, json.dumps(item)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["succeeded", "None", "None"]

@@ -89,8 +89,9 @@ async def test_expired_approvals_are_pending_ones_past_their_timeout(store: Stor
 
     expired = await store.list_expired_approvals(now, 10)
 
-    assert {a.id for a in expired} == {due.id, overdue.id}
-    assert len(await store.list_expired_approvals(now, 1)) == 1
+    assert expired == sorted([due.id, overdue.id])
+    assert await store.list_expired_approvals(now, 1) == expired[:1]
+    assert await store.list_expired_approvals(now, 10, after=expired[0]) == expired[1:]
 
 
 async def test_overdue_executions_are_live_ones_past_their_deadline(store: Store) -> None:
@@ -105,8 +106,9 @@ async def test_overdue_executions_are_live_ones_past_their_deadline(store: Store
 
     overdue = await store.list_overdue_executions(now, 10)
 
-    assert set(overdue) == {e.id for e in live}
-    assert len(await store.list_overdue_executions(now, 2)) == 2
+    assert overdue == sorted(e.id for e in live)
+    assert await store.list_overdue_executions(now, 2) == overdue[:2]
+    assert await store.list_overdue_executions(now, 10, after=overdue[1]) == overdue[2:]
 
 
 async def test_retention_deletes_old_terminal_executions_with_their_children(

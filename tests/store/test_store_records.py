@@ -377,7 +377,7 @@ async def test_an_approval_comes_back_whole_from_every_read(store: Store) -> Non
 
     assert await store.get_approval(decided.id) == decided
     assert await store.list_approvals(None, created.id) == [decided, pending]
-    assert await store.list_expired_approvals(LATER, 10) == [pending]
+    assert await store.list_expired_approvals(LATER, 10) == [pending.id]
     assert (for_step, pending_here) == (pending, [pending])
 
 

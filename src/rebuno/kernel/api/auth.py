@@ -7,10 +7,11 @@ logged or echoed. Must not import a store backend or the dispatcher.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -20,6 +21,7 @@ from rebuno.kernel.api.body import read_body
 from rebuno.kernel.api.params import is_agent_id
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.errors import Unauthorized
+from rebuno.kernel.domain.records import SeenRequest
 from rebuno.protocol.signing import (
     AGENT_ID_HEADER,
     BODY_SCHEME_PREFIX,
@@ -28,6 +30,7 @@ from rebuno.protocol.signing import (
     REQUEST_SCHEME_PREFIX,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
+    TIMESTAMP_WINDOW_SECONDS,
     verify_body,
     verify_request,
 )
@@ -35,6 +38,10 @@ from rebuno.protocol.signing import (
 SecretLookup = Callable[[str], Awaitable[str | None]]
 BEARER_PREFIX = "Bearer "
 _SIGNATURE_FAILED = "unauthorized: agent signature does not verify"
+SEEN_MARGIN_SECONDS = 60.0
+"""How much longer than the timestamp window a request is remembered (§2.3): room for the
+clocks of the replicas to differ."""
+_SEEN_TAG = b"rebuno-seen-request\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,22 +95,22 @@ class Authenticator:
             raise Unauthorized(_SIGNATURE_FAILED)
         return secret
 
-    async def require_agent(self, request: Request, body: bytes) -> str:
-        """The authenticated agent id, or `Unauthorized`."""
+    async def require_agent(self, request: Request, body: bytes) -> AgentCaller:
+        """The authenticated agent and its request, or `Unauthorized`."""
         headers = request.headers
         agent_id = _exactly_once(headers, AGENT_ID_HEADER)
         signature = _exactly_once(headers, SIGNATURE_HEADER)
         fields = _signed_fields(headers)
         secret = await self.require_known_agent(headers)
         if signature.startswith(REQUEST_SCHEME_PREFIX):
-            verified = self._verify_request(request.scope, secret, fields, body, signature)
-        elif signature.startswith(BODY_SCHEME_PREFIX) and self._accept_body_scheme:
-            verified = verify_body(secret, body, signature)
-        else:
+            if not self._verify_request(request.scope, secret, fields, body, signature):
+                raise Unauthorized(_SIGNATURE_FAILED)
+            return AgentCaller(body, agent_id, signature, fields.timestamp)
+        if not (signature.startswith(BODY_SCHEME_PREFIX) and self._accept_body_scheme):
             raise Unauthorized("unauthorized: unsupported Rebuno-Signature scheme")
-        if not verified:
+        if not verify_body(secret, body, signature):
             raise Unauthorized(_SIGNATURE_FAILED)
-        return agent_id
+        return AgentCaller(body, agent_id)
 
     def _verify_request(
         self,
@@ -124,6 +131,16 @@ class Authenticator:
             signature,
             now=self._clock().timestamp(),
         )
+
+
+def seen_request(agent_id: str, signature: str, timestamp: str) -> SeenRequest:
+    """A verified `v1=` request (its signature is ASCII hex, its timestamp whole seconds within
+    the window) as the kernel remembers it (§2.3): the signature is a MAC of
+    everything the request says, so equal digests mean a byte-identical copy. Kept until the
+    copy's timestamp leaves the window, plus a margin for the replicas' clocks."""
+    material = _SEEN_TAG + agent_id.encode("utf-8") + b"\n" + signature.encode("ascii")
+    until = int(timestamp) + TIMESTAMP_WINDOW_SECONDS + SEEN_MARGIN_SECONDS
+    return SeenRequest(hashlib.sha256(material).digest(), datetime.fromtimestamp(until, UTC))
 
 
 def is_agent_request(headers: Headers) -> bool:
@@ -180,10 +197,20 @@ class Caller:
 
 @dataclass(frozen=True, slots=True)
 class AgentCaller:
-    """A request signed by an agent."""
+    """A request signed by an agent: with the `v1=` scheme, its signature and timestamp."""
 
     body: bytes
     agent_id: str
+    signature: str = ""
+    timestamp: str = ""
+
+    def seen(self) -> SeenRequest | None:
+        """What the kernel remembers of this request against a copy (§2.3); None for the
+        body scheme, whose requests carry no time. Worked out only by the routes that use
+        it, so a step submission pays nothing for it."""
+        if not self.timestamp:
+            return None
+        return seen_request(self.agent_id, self.signature, self.timestamp)
 
 
 ANONYMOUS = "anonymous"
@@ -211,7 +238,7 @@ class Gate:
     async def agent(self, request: Request) -> AgentCaller:
         await self._auth.require_known_agent(request.headers)
         body = await read_body(request, self._limit, self._timeout)
-        return AgentCaller(body, await self._auth.require_agent(request, body))
+        return await self._auth.require_agent(request, body)
 
     async def client_or_agent(self, request: Request) -> Caller:
         if is_agent_request(request.headers):

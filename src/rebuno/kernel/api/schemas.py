@@ -73,6 +73,9 @@ def render_execution(execution: Execution) -> dict[str, Any]:
     _set(body, "spawned_by", spawned_by(execution))
     _set(body, "forked_from", execution.forked_from)
     _set(body, "fork_seq", execution.fork_seq)
+    if execution.omitted:
+        # A list page left these out; `GET /v0/executions/{id}` carries them (§5.1).
+        body["omitted"] = dict(execution.omitted)
     return body
 
 
@@ -103,6 +106,9 @@ def render_step(step: Step) -> dict[str, Any]:
         }
     _set_time(body, "started_at", step)
     _set_time(body, "completed_at", step)
+    if step.omitted:
+        # A step list left these out; `GET …/steps/{step_id}` carries them (§5.2).
+        body["omitted"] = dict(step.omitted)
     return body
 
 
@@ -113,13 +119,17 @@ def _set_time(body: dict[str, Any], key: str, record: object) -> None:
 
 
 def render_event(event: Event) -> dict[str, Any]:
-    return {
+    body: dict[str, Any] = {
         "execution_id": event.execution_id,
         "event_seq": event.event_seq,
         "type": event.type,
         "payload": orjson.Fragment(event.payload),
         "occurred_at": format_timestamp(event.occurred_at),
     }
+    if event.omitted:
+        # An events page left the payload out; the execution or the step carries it (§5.1).
+        body["omitted"] = dict(event.omitted)
+    return body
 
 
 def render_approval(approval: Approval) -> dict[str, Any]:

@@ -54,10 +54,14 @@ def lease_timeout_problem(value: float) -> str | None:
 
 
 def effective_lease(agent: Agent, default: timedelta) -> float:
-    """§12.3: the agent's own lease when set and at least 10 s, else the kernel default."""
+    """§12.3: the agent's own lease when set and at least 10 s, else the kernel default.
+
+    A stored value that registration would refuse today (left by an older version) still
+    gives a lease: one above a week counts as a week, and one that is not a number (NaN) as
+    unset. The reaper's statements in both stores apply the same rule."""
     own = agent.lease_timeout_seconds
     if own is not None and own >= MIN_AGENT_LEASE_SECONDS:
-        return own
+        return min(own, MAX_AGENT_LEASE_SECONDS)
     return default.total_seconds()
 
 

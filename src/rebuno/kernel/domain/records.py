@@ -67,6 +67,9 @@ class Execution:
     has_children: bool = False
     """A step of it started a sub-agent: its end must cascade (§25.6). Set by the child's
     create, under this execution's lock, so an end that has no children asks nothing."""
+    omitted: tuple[tuple[str, int], ...] = ()
+    """On a list page only: the payloads left out (`input`, `output`), each with its size in
+    bytes; the record then holds `null` and None in their place (§5.1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,9 @@ class Step:
     """`event_seq` of the step's `step.proposed`: the order steps are listed in."""
     started_at: datetime | None
     completed_at: datetime | None
+    omitted: tuple[tuple[str, int], ...] = ()
+    """In a step list only: the payloads left out (`args`, `result`, `error`), each with its
+    size in bytes; the record then holds None in their place (§5.2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,9 @@ class Event:
     type: str
     payload: RawJson
     occurred_at: datetime
+    omitted: tuple[tuple[str, int], ...] = ()
+    """On an events page only: `(("payload", size in bytes),)` when the payload was left out;
+    the record then holds `null` in its place (§5.1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +145,12 @@ class Lease:
 
     dispatch_id: str
     attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeenRequest:
+    """An accepted `v1=` agent request as the kernel remembers it against a copy (§2.3): a
+    digest of its signature, and the time after which no copy of it verifies any more."""
+
+    digest: bytes
+    until: datetime

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from rebuno.kernel.domain import step as steps
@@ -29,7 +29,7 @@ from rebuno.kernel.domain.execution import (
     spawned_by,
     transition,
 )
-from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, Step
+from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, SeenRequest, Step
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
@@ -57,6 +57,11 @@ CLIENT_CANCELLED = "client_cancelled"
 REPLICA_POLL_SECONDS = 0.25
 DEADLINE_EXCEEDED = "deadline_exceeded"
 DISPATCH_EXHAUSTED = "dispatch_exhausted"
+COPY_GRACE = timedelta(seconds=10)
+"""How long after its first sighting a copy of a heartbeat still renews the lease (§2.3): the
+timestamp is whole seconds, so an agent beating faster than once a second sends copies, and a
+busy kernel may serve the last of them some seconds after the first. A replay gains at most
+this much lease."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,11 +294,22 @@ class ExecutionUseCases(ServiceBase):
         outcomes: Sequence[Carried] = (),
         *,
         policy: bool = False,
+        seen: SeenRequest | None = None,
     ) -> bool:
         """Renews the lease and records what the heartbeat carries. With `policy`, also
-        answers whether the agent is still without a policy (`step-records`)."""
+        answers whether the agent is still without a policy (`step-records`).
+
+        A copy of a heartbeat already accepted (`seen`, §2.3) more than `COPY_GRACE` ago
+        gets the same answer and changes nothing: the lease is not renewed again, so
+        replaying a captured heartbeat cannot keep a dead run's lease alive. An agent that
+        beats more than once a second sends identical heartbeats within that grace, and each
+        renews as it should."""
         async with self.transaction(execution_id) as tx:
             now = self.clock()
+            if seen is not None and await _stale_copy(tx, seen, now):
+                locked = await tx.lock_execution(execution_id)
+                check_owner(locked.execution, agent_id)
+                return policy and not locked.policy_bundle
             locked = await tx.lock_execution(execution_id, lease, now, wanted_by(outcomes))
             execution = locked.execution
             check_owner(execution, agent_id)
@@ -609,3 +625,9 @@ async def _hold(
 
 def _deadline(execution: Execution) -> str | None:
     return format_timestamp(execution.deadline_at) if execution.deadline_at else None
+
+
+async def _stale_copy(tx: Transaction, seen: SeenRequest, now: datetime) -> bool:
+    """Whether the request is a copy of one first accepted more than `COPY_GRACE` ago."""
+    first = await tx.remember_request(seen.digest, now, seen.until)
+    return first is not None and now - first > COPY_GRACE

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from rebuno.kernel.domain.dispatch import owns
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.domain.records import Dispatch, Lease
+from rebuno.kernel.domain.records import Dispatch, Lease, SeenRequest
 from rebuno.kernel.service.base import ServiceBase, log
 from rebuno.kernel.service.dispatches import reclaim_expired_leases
 from rebuno.protocol.extensions import AgentInstance
@@ -23,10 +23,18 @@ ANNOUNCE_LIMIT = 1000
 
 
 class InstanceUseCases(ServiceBase):
-    async def announce_instance(self, agent_id: str, instance: AgentInstance) -> int:
+    async def announce_instance(
+        self, agent_id: str, instance: AgentInstance, seen: SeenRequest | None = None
+    ) -> int:
         """An incarnation of `instance` of agent `agent_id` has started: every delivery of the
         agent acknowledged by an instance of that name with another incarnation is dead, and
-        goes back to the queue now. Idempotent. Returns how many it reclaimed."""
+        goes back to the queue now. Idempotent. Returns how many it reclaimed.
+
+        A copy of an announcement already accepted (`seen`, §2.3) reclaims nothing: replayed
+        after a later incarnation announced itself, it would otherwise end that one's work."""
+        copy = seen and await self.store.remember_request(seen.digest, self.clock(), seen.until)
+        if copy:
+            return 0
         held = await self.store.list_superseded_dispatches(agent_id, instance, ANNOUNCE_LIMIT)
         ended = 0
         for dispatch in held:

@@ -22,29 +22,29 @@ from rebuno.kernel.service.kernel import Kernel
 PAGE = 100
 
 
-async def expire_approvals(kernel: Kernel) -> int:
+async def expire_approvals(kernel: Kernel, page: int = PAGE) -> int:
     expired = 0
-    while batch := await kernel.store.list_expired_approvals(kernel.clock(), PAGE):
-        for approval in batch:
-            expired += await kernel.expire_approval(approval.id)
-        if len(batch) < PAGE:
+    after = ""
+    while ids := await kernel.store.list_expired_approvals(kernel.clock(), page, after):
+        for approval_id in ids:
+            if await _each("approval expiry", "approval", approval_id, kernel.expire_approval):
+                expired += 1
+        if len(ids) < page:
             break
+        after = ids[-1]
     return expired
 
 
-async def cancel_overdue(kernel: Kernel) -> int:
+async def cancel_overdue(kernel: Kernel, page: int = PAGE) -> int:
     cancelled = 0
-    while ids := await kernel.store.list_overdue_executions(kernel.clock(), PAGE):
+    after = ""
+    while ids := await kernel.store.list_overdue_executions(kernel.clock(), page, after):
         for execution_id in ids:
-            try:
-                await kernel.cancel(execution_id, DEADLINE_EXCEEDED)
+            if await _each("deadline", "execution", execution_id, _cancel_overdue(kernel)):
                 cancelled += 1
-            except (ExecutionTerminal, NotFound):
-                # Ended or deleted since it was listed. Any other failure ends the tick (the
-                # job logs it): skipping it here would list the same ids again, forever.
-                continue
-        if len(ids) < PAGE:
+        if len(ids) < page:
             break
+        after = ids[-1]
     return cancelled
 
 
@@ -55,9 +55,35 @@ async def repair_lineage(kernel: Kernel) -> int:
     return await kernel.repair_lineage(PAGE)
 
 
+def _cancel_overdue(kernel: Kernel) -> Callable[[str], Awaitable[bool]]:
+    async def cancel(execution_id: str) -> bool:
+        try:
+            await kernel.cancel(execution_id, DEADLINE_EXCEEDED)
+        except (ExecutionTerminal, NotFound):
+            return False  # ended or deleted since it was listed
+        return True
+
+    return cancel
+
+
+async def _each(
+    job: str, noun: str, record_id: str, handle: Callable[[str], Awaitable[bool]]
+) -> bool:
+    """One row of a sweep. A row the sweep cannot handle (say, a value an older version left
+    that no longer reads back) is logged and passed over: the sweep pages on by id, so the
+    rows after it are still handled, and the next tick tries it again."""
+    try:
+        return await handle(record_id)
+    except Exception:
+        log.exception("%s skipped %s %s; the others go on", job, noun, record_id)
+        return False
+
+
 async def sweep(kernel: Kernel) -> None:
-    """The singleton sweep: expiry, deadlines, sessions, then retention."""
+    """The singleton sweep: expiry, deadlines, sessions and sub-agents, the digests of requests
+    whose copies can no longer verify (§2.3), then retention."""
     await deadline_tick(kernel)
+    await kernel.store.forget_requests(kernel.clock())
     retention = kernel.settings.retention
     if retention > timedelta(0):
         cutoff = kernel.clock() - retention

@@ -57,6 +57,12 @@ class Page(Generic[T]):
     next_cursor: str | None
 
 
+LISTED_PAYLOAD_BYTES = 64 * 1024
+"""The largest payload (an execution's input or output; a step's args, result or error; an
+event's payload) a list carries; a larger one is left out and named in the item's `omitted`
+(§5.1, §5.2)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutionFilter:
     agent_id: str | None = None
@@ -65,6 +71,8 @@ class ExecutionFilter:
     """Return executions whose id is strictly smaller than this one."""
     limit: int = 50
     session: str | None = None
+    payload_limit: int = LISTED_PAYLOAD_BYTES
+    """An input or output of more bytes than this is left out of the page (`omitted`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +336,14 @@ class Transaction(Protocol):
         otherwise returns the estimated wait in seconds."""
         ...
 
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        """Records the digest of a signed request accepted `now` (§2.3), kept at least until
+        `until`, as a write of this transaction. None when it is new; for a copy, when the
+        digest was first recorded."""
+        ...
+
     # -- writes --------------------------------------------------------------------------
     async def insert_execution(
         self, execution: Execution, policy_bundle: str | None = None
@@ -441,10 +457,21 @@ class Store(Protocol):
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]: ...
 
-    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]: ...
+    async def list_events(
+        self,
+        execution_id: str,
+        after_seq: int,
+        limit: int,
+        payload_limit: int = LISTED_PAYLOAD_BYTES,
+    ) -> list[Event]:
+        """A payload of more than `payload_limit` bytes is left out (`Event.omitted`)."""
+        ...
 
-    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
-        """`status`: `terminal`, a step status name, or None for all; proposal order."""
+    async def list_steps(
+        self, execution_id: str, status: str | None, payload_limit: int = LISTED_PAYLOAD_BYTES
+    ) -> list[Step]:
+        """`status`: `terminal`, a step status name, or None for all; proposal order. A
+        payload of more than `payload_limit` bytes is left out (`Step.omitted`)."""
         ...
 
     async def get_step(self, step_id: str) -> Step | None: ...
@@ -505,9 +532,16 @@ class Store(Protocol):
         ...
 
     # -- background sweeps (ids to act on; each is then handled in its own transaction) --
-    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]: ...
+    async def list_expired_approvals(self, now: datetime, limit: int, after: str = "") -> list[str]:
+        """Ids of pending approvals whose `timeout_at` has come, above `after`, in id order:
+        a sweep pages on past one it could not handle."""
+        ...
 
-    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]: ...
+    async def list_overdue_executions(
+        self, now: datetime, limit: int, after: str = ""
+    ) -> list[str]:
+        """Ids of live executions past their deadline, above `after`, in id order."""
+        ...
 
     async def list_sessions_to_admit(self, limit: int) -> list[str]:
         """Sessions with a waiter and no live admitted execution (a release lost in a crash)."""
@@ -532,4 +566,15 @@ class Store(Protocol):
         `cutoff` that no stored execution names as parent, with their children, and rate
         buckets untouched since then. Returns executions deleted. Sessions go whole, one
         transaction each (`delete_expired_session`)."""
+        ...
+
+    # -- replay protection (§2.3) --------------------------------------------------------
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        """`Transaction.remember_request` as one committed statement."""
+        ...
+
+    async def forget_requests(self, now: datetime) -> int:
+        """Deletes the digests kept until before `now`; how many it deleted."""
         ...

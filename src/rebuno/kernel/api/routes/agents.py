@@ -92,5 +92,5 @@ class AgentRoutes:
                 "validation error: incarnation must be a lower-case hyphenated UUID"
             )
         instance = AgentInstance(name, incarnation)
-        reclaimed = await self._kernel.announce_instance(caller.agent_id, instance)
+        reclaimed = await self._kernel.announce_instance(caller.agent_id, instance, caller.seen())
         return json_response({"reclaimed": reclaimed})

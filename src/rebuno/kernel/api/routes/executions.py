@@ -233,7 +233,7 @@ class ExecutionRoutes:
         outcomes = step_outcomes(parse_object(caller.body)) if caller.body.strip() else ()
         asked = asks_for(request.headers, STEP_RECORDS)
         granted = await self._kernel.heartbeat(
-            target, caller.agent_id, lease, outcomes, policy=asked
+            target, caller.agent_id, lease, outcomes, policy=asked, seen=caller.seen()
         )
         response = no_content()
         if granted:

@@ -39,9 +39,10 @@ _PENDING_FOR_EXECUTION = f"""
     SELECT {COLUMNS} FROM approvals ap WHERE ap.execution_id = %s AND ap.status = 'pending'
     ORDER BY ap.created_at, ap.id
 """
-_EXPIRED = f"""
-    SELECT {COLUMNS} FROM approvals ap WHERE ap.status = 'pending' AND ap.timeout_at <= %s
-    ORDER BY ap.timeout_at, ap.id LIMIT %s
+# Ids only: a row that would not read back fails its own expiry, not the listing.
+_EXPIRED = """
+    SELECT id FROM approvals WHERE status = 'pending' AND timeout_at <= %s AND id > %s
+    ORDER BY id LIMIT %s
 """
 
 
@@ -125,6 +126,6 @@ async def list_where(
     return [from_row(row) for row in await cur.fetchall()]
 
 
-async def list_expired(conn: Executor, now: datetime, limit: int) -> list[Approval]:
-    cur = await conn.execute(_EXPIRED, (now, limit))
-    return [from_row(row) for row in await cur.fetchall()]
+async def list_expired(conn: Executor, now: datetime, limit: int, after: str) -> list[str]:
+    cur = await conn.execute(_EXPIRED, (now, after, limit))
+    return [row[0] for row in await cur.fetchall()]

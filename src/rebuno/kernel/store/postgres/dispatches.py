@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from rebuno.kernel.domain.dispatch import MAX_AGENT_LEASE_SECONDS
 from rebuno.kernel.domain.records import Dispatch
 from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.kernel.store.postgres import agents, executions
@@ -54,7 +55,9 @@ _QUEUE = """
     SELECT count(*) FILTER (WHERE next_attempt_at <= %s), min(next_attempt_at) FROM dispatches
     WHERE status IN ('pending', 'failed')
 """
-# Effective lease (§12.3): the agent's own when set and at least 10 s, else the default.
+# Effective lease (§12.3): the agent's own when set and at least 10 s, else the default. A
+# stored value out of today's range counts as `effective_lease` says (at most a week; NaN as
+# unset), so no row can put the statement out of range and stop the reaper for all the others.
 _RECLAIM = f"""
     UPDATE dispatches d SET status = 'pending', next_attempt_at = %(now)s, locked_by = NULL,
         locked_at = NULL, updated_at = %(now)s
@@ -63,7 +66,8 @@ _RECLAIM = f"""
         JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
         WHERE d.status = 'in_flight'
             AND d.locked_at < %(now)s - make_interval(secs => CASE
-                WHEN a.lease_timeout_seconds >= 10 THEN a.lease_timeout_seconds
+                WHEN a.lease_timeout_seconds >= 10 AND a.lease_timeout_seconds <> 'NaN'
+                THEN least(a.lease_timeout_seconds, {MAX_AGENT_LEASE_SECONDS})
                 ELSE %(default_lease)s END)
         LIMIT {RECLAIM_PAGE}
         FOR UPDATE OF d SKIP LOCKED

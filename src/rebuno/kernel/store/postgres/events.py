@@ -8,17 +8,32 @@ from __future__ import annotations
 from rebuno.kernel.domain.records import Event
 from rebuno.kernel.store.postgres.connection import Executor
 
+# A payload over the limit (the first `%s`) is left out; `octet_length` reads its size from
+# the stored value's header, so it is never fetched or decompressed.
 _LIST = """
-    SELECT execution_id, event_seq, type, payload, occurred_at FROM events
+    SELECT execution_id, event_seq, type,
+        CASE WHEN octet_length(payload) > %s THEN 'null' ELSE payload END,
+        occurred_at, octet_length(payload)
+    FROM events
     WHERE execution_id = %s AND event_seq > %s ORDER BY event_seq LIMIT %s
 """
 _HAS_TYPE = "SELECT EXISTS (SELECT 1 FROM events WHERE execution_id = %s AND type = %s)"
 
 
-async def list_after(conn: Executor, execution_id: str, after_seq: int, limit: int) -> list[Event]:
-    cur = await conn.execute(_LIST, (execution_id, after_seq, limit))
+async def list_after(
+    conn: Executor, execution_id: str, after_seq: int, limit: int, payload_limit: int
+) -> list[Event]:
+    """A page of the log; a payload over `payload_limit` bytes is left out."""
+    cur = await conn.execute(_LIST, (payload_limit, execution_id, after_seq, limit))
     return [
-        Event(execution_id=r[0], event_seq=r[1], type=r[2], payload=r[3], occurred_at=r[4])
+        Event(
+            execution_id=r[0],
+            event_seq=r[1],
+            type=r[2],
+            payload=r[3],
+            occurred_at=r[4],
+            omitted=(("payload", r[5]),) if r[5] > payload_limit else (),
+        )
         for r in await cur.fetchall()
     ]
 

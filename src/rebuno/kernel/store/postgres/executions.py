@@ -9,6 +9,7 @@ Must import only psycopg, the domain, `store.base` and this package.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -41,10 +42,20 @@ _GET = f"SELECT {COLUMNS} FROM executions e WHERE e.id = %s"
 _HOLD = f"{_GET} FOR KEY SHARE"
 _FIND = f"SELECT {COLUMNS} FROM executions e WHERE e.agent_id = %s AND e.idempotency_key = %s"
 _STATE = "SELECT state FROM executions WHERE id = %s"
+# A list page: `COLUMNS` with an input or output over the page's limit (the first two `%s`)
+# left out, then the two sizes. `octet_length` reads a stored value's size from its header, so
+# a large one left out is never fetched or decompressed.
+_LISTED = (
+    "e.id, e.agent_id, e.agent_version,"
+    " CASE WHEN octet_length(e.input) > %s THEN 'null' ELSE e.input END, e.status,"
+    " CASE WHEN octet_length(e.output) > %s THEN NULL ELSE e.output END, e.failure_reason,"
+    f" e.created_at, e.updated_at, e.deadline_at, e.last_event_seq, {ORIGIN},"
+    " octet_length(e.input), octet_length(e.output)"
+)
 _OVERDUE = """
     SELECT id FROM executions
-    WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s
-    ORDER BY deadline_at, id LIMIT %s
+    WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s AND id > %s
+    ORDER BY id LIMIT %s
 """
 # The children go in the same statement: only approvals still cascade (008_hot_path_keys). An
 # execution another one names as its parent stays, so that one's `previous` keeps answering
@@ -105,6 +116,16 @@ def from_split_row(core: Sequence[Any], origin: Sequence[Any]) -> Execution:
     return from_row((*core[:CORE_WIDTH], *origin[:ORIGIN_WIDTH]))
 
 
+def _listed(row: Sequence[Any], payload_limit: int) -> Execution:
+    record = from_row(row)
+    omitted = tuple(
+        (name, size)
+        for name, size in (("input", row[WIDTH]), ("output", row[WIDTH + 1]))
+        if size is not None and size > payload_limit
+    )
+    return replace(record, omitted=omitted) if omitted else record
+
+
 async def get(conn: Executor, execution_id: str) -> Execution:
     cur = await conn.execute(_GET, (execution_id,))
     row = await cur.fetchone()
@@ -161,18 +182,18 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
             conditions.append(clause)
             params.append(value)
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    params.append(flt.limit + 1)
+    params = [flt.payload_limit, flt.payload_limit, *params, flt.limit + 1]
     cur = await conn.execute(
-        f"SELECT {COLUMNS} FROM executions e {where} ORDER BY e.id DESC LIMIT %s", params
+        f"SELECT {_LISTED} FROM executions e {where} ORDER BY e.id DESC LIMIT %s", params
     )
     rows = await cur.fetchall()
-    items = [from_row(row) for row in rows[: flt.limit]]
+    items = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
     next_cursor = items[-1].id if len(rows) > flt.limit and items else None
     return Page(items=items, next_cursor=next_cursor)
 
 
-async def list_overdue(conn: Executor, now: datetime, limit: int) -> list[str]:
-    cur = await conn.execute(_OVERDUE, (now, limit))
+async def list_overdue(conn: Executor, now: datetime, limit: int, after: str) -> list[str]:
+    cur = await conn.execute(_OVERDUE, (now, after, limit))
     return [row[0] for row in await cur.fetchall()]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from rebuno.kernel.domain.records import Step
@@ -25,13 +26,28 @@ WIDTH = 16
 TERMINAL = "('succeeded', 'failed', 'denied', 'cancelled')"
 
 _GET = f"SELECT {COLUMNS} FROM steps s WHERE s.step_id = %s"
-_LIST = f"SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s ORDER BY s.proposed_seq"
+# A step list: `COLUMNS` with each payload over the limit (the first three `%s`) left out,
+# then the three sizes. `octet_length` reads a stored value's size from its header, so a large
+# one left out is never fetched or decompressed.
+_LISTED = (
+    "s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,"
+    " s.idempotency,"
+    " CASE WHEN octet_length(s.args) > %s THEN NULL ELSE s.args END,"
+    " CASE WHEN octet_length(s.result) > %s THEN NULL ELSE s.result END,"
+    " CASE WHEN octet_length(s.error) > %s THEN NULL ELSE s.error END,"
+    " s.usage_input, s.usage_output, s.proposed_seq, s.started_at, s.completed_at,"
+    " octet_length(s.args), octet_length(s.result), octet_length(s.error)"
+)
+_PAYLOADS = ("args", "result", "error")
+_WHOLE = 2**63 - 1
+"""A limit no payload reaches: the use cases' own reads get every step whole."""
+_LIST = f"SELECT {_LISTED} FROM steps s WHERE s.execution_id = %s ORDER BY s.proposed_seq"
 _LIST_TERMINAL = f"""
-    SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s AND s.status IN {TERMINAL}
+    SELECT {_LISTED} FROM steps s WHERE s.execution_id = %s AND s.status IN {TERMINAL}
     ORDER BY s.proposed_seq
 """
 _LIST_STATUS = f"""
-    SELECT {COLUMNS} FROM steps s WHERE s.execution_id = %s AND s.status = %s
+    SELECT {_LISTED} FROM steps s WHERE s.execution_id = %s AND s.status = %s
     ORDER BY s.proposed_seq
 """
 # The text filter is only a cheap pre-selection; `error` is parsed in Python, so a malformed
@@ -77,15 +93,27 @@ async def get(conn: Executor, step_id: str) -> Step | None:
     return None if row is None else from_row(row)
 
 
-async def list_for(conn: Executor, execution_id: str, status: str | None) -> list[Step]:
+async def list_for(
+    conn: Executor, execution_id: str, status: str | None, payload_limit: int = _WHOLE
+) -> list[Step]:
     """`status`: `terminal`, a step status name, or None for all; in proposal order."""
+    limits = (payload_limit, payload_limit, payload_limit)
     if status is None:
-        cur = await conn.execute(_LIST, (execution_id,))
+        cur = await conn.execute(_LIST, (*limits, execution_id))
     elif status == "terminal":
-        cur = await conn.execute(_LIST_TERMINAL, (execution_id,))
+        cur = await conn.execute(_LIST_TERMINAL, (*limits, execution_id))
     else:
-        cur = await conn.execute(_LIST_STATUS, (execution_id, status))
-    return [from_row(row) for row in await cur.fetchall()]
+        cur = await conn.execute(_LIST_STATUS, (*limits, execution_id, status))
+    return [_listed(row, payload_limit) for row in await cur.fetchall()]
+
+
+def _listed(row: Sequence[Any], payload_limit: int) -> Step:
+    record = from_row(row)
+    sizes = zip(_PAYLOADS, row[WIDTH:], strict=True)
+    omitted = tuple(
+        (name, size) for name, size in sizes if size is not None and size > payload_limit
+    )
+    return replace(record, omitted=omitted) if omitted else record
 
 
 async def has_indeterminate(conn: Executor, execution_id: str, key: StepKey) -> bool:

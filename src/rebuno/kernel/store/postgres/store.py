@@ -26,6 +26,7 @@ from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import (
+    LISTED_PAYLOAD_BYTES,
     ClaimedDispatch,
     Completion,
     ExecutionFilter,
@@ -41,6 +42,7 @@ from rebuno.kernel.store.postgres import (
     executions,
     migrations,
     rate_buckets,
+    seen_requests,
     steps,
     submissions,
 )
@@ -305,11 +307,19 @@ class PostgresStore:
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self._read(executions.list_page, flt)
 
-    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
-        return await self._read(events.list_after, execution_id, after_seq, limit)
+    async def list_events(
+        self,
+        execution_id: str,
+        after_seq: int,
+        limit: int,
+        payload_limit: int = LISTED_PAYLOAD_BYTES,
+    ) -> list[Event]:
+        return await self._read(events.list_after, execution_id, after_seq, limit, payload_limit)
 
-    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
-        return await self._read(steps.list_for, execution_id, status)
+    async def list_steps(
+        self, execution_id: str, status: str | None, payload_limit: int = LISTED_PAYLOAD_BYTES
+    ) -> list[Step]:
+        return await self._read(steps.list_for, execution_id, status, payload_limit)
 
     async def get_step(self, step_id: str) -> Step | None:
         return await self._read(steps.get, step_id)
@@ -366,11 +376,13 @@ class PostgresStore:
         return await self._read(dispatches.list_superseded, agent_id, instance, limit)
 
     # -- background sweeps ---------------------------------------------------------------
-    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:
-        return await self._read(approvals.list_expired, now, limit)
+    async def list_expired_approvals(self, now: datetime, limit: int, after: str = "") -> list[str]:
+        return await self._read(approvals.list_expired, now, limit, after)
 
-    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]:
-        return await self._read(executions.list_overdue, now, limit)
+    async def list_overdue_executions(
+        self, now: datetime, limit: int, after: str = ""
+    ) -> list[str]:
+        return await self._read(executions.list_overdue, now, limit, after)
 
     async def list_sessions_to_admit(self, limit: int) -> list[str]:
         return await self._read(executions.sessions_to_admit, limit)
@@ -397,6 +409,14 @@ class PostgresStore:
                 break
         await self._read(rate_buckets.delete_before, cutoff)
         return total
+
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        return await self._read(seen_requests.remember, digest, now, until)
+
+    async def forget_requests(self, now: datetime) -> int:
+        return await self._read(seen_requests.forget_before, now)
 
 
 async def _check(pool: AsyncConnectionPool[Connection]) -> None:

@@ -54,6 +54,7 @@ from rebuno.kernel.store.postgres import (
     events,
     executions,
     rate_buckets,
+    seen_requests,
     steps,
     submissions,
     writes,
@@ -318,6 +319,11 @@ class PostgresTransaction:
         self, key: str, max_calls: int, window_seconds: float, now: datetime
     ) -> float | None:
         return await self._run(rate_buckets.take, key, max_calls, window_seconds, now)
+
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        return await self._run(seen_requests.remember, digest, now, until)
 
     # -- writes (collected, or queued in order) ------------------------------------------
     async def insert_execution(

@@ -22,7 +22,8 @@ def to_record(row: tuple[Any, ...]) -> Agent:
         webhook_url=row[1],
         secret=row[2],
         policy_bundle=row[3],
-        lease_timeout_seconds=row[4],
+        # Anything but a number (SQLite keeps what it is given) counts as no lease of its own.
+        lease_timeout_seconds=row[4] if isinstance(row[4], int | float) else None,
         registered_at=from_micros(row[5]),
     )
 

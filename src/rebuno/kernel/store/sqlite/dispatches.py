@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from rebuno.kernel.domain.dispatch import MAX_AGENT_LEASE_SECONDS
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Dispatch, Lease
 from rebuno.kernel.store.base import ClaimedDispatch, StepKey
@@ -204,7 +205,10 @@ def queue(conn: sqlite3.Connection, now: datetime) -> tuple[int, datetime | None
 
 
 def reclaim_page(conn: sqlite3.Connection, now: datetime, default_lease: timedelta) -> int:
-    """Returns up to one page of expired `in_flight` rows to `pending`; `attempt` stays."""
+    """Returns up to one page of expired `in_flight` rows to `pending`; `attempt` stays.
+
+    A stored lease that is not a number, or is out of today's range (an older version's row),
+    counts as `effective_lease` says, so no row can stop the reaper for the others."""
     micros = to_micros(now)
     default = default_lease // timedelta(microseconds=1)
     # No effective lease is shorter than this, so the in-flight index bounds the scan.
@@ -218,11 +222,19 @@ def reclaim_page(conn: sqlite3.Connection, now: datetime, default_lease: timedel
                JOIN agents a ON a.id = e.agent_id
                WHERE d.status = 'in_flight' AND d.locked_at < :now - :shortest
                  AND d.locked_at < :now - CASE
-                     WHEN a.lease_timeout_seconds >= 10
-                     THEN CAST(round(a.lease_timeout_seconds * 1000000) AS INTEGER)
+                     WHEN typeof(a.lease_timeout_seconds) IN ('real', 'integer')
+                         AND a.lease_timeout_seconds >= 10
+                     THEN CAST(round(min(a.lease_timeout_seconds, :longest) * 1000000)
+                         AS INTEGER)
                      ELSE :default END
                LIMIT :page)""",
-        {"now": micros, "shortest": shortest, "default": default, "page": RECLAIM_PAGE},
+        {
+            "now": micros,
+            "shortest": shortest,
+            "default": default,
+            "longest": MAX_AGENT_LEASE_SECONDS,
+            "page": RECLAIM_PAGE,
+        },
     )
     return cursor.rowcount
 

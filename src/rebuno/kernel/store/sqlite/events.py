@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from rebuno.kernel.domain.records import Event
@@ -45,14 +46,24 @@ def append(conn: sqlite3.Connection, events: Sequence[Event]) -> None:
 
 
 def list_after(
-    conn: sqlite3.Connection, execution_id: str, after_seq: int, limit: int
+    conn: sqlite3.Connection, execution_id: str, after_seq: int, limit: int, payload_limit: int
 ) -> list[Event]:
+    """A page of the log; a payload over `payload_limit` bytes of UTF-8 is left out."""
     rows = conn.execute(
-        f"""SELECT {COLUMNS} FROM events WHERE execution_id = ? AND event_seq > ?
-            ORDER BY event_seq LIMIT ?""",
-        (execution_id, after_seq, limit),
+        """SELECT execution_id, event_seq, type,
+               CASE WHEN length(CAST(payload AS BLOB)) > ? THEN 'null' ELSE payload END,
+               occurred_at, length(CAST(payload AS BLOB))
+           FROM events WHERE execution_id = ? AND event_seq > ?
+           ORDER BY event_seq LIMIT ?""",
+        (payload_limit, execution_id, after_seq, limit),
     ).fetchall()
-    return [to_record(row) for row in rows]
+    return [_listed(row, payload_limit) for row in rows]
+
+
+def _listed(row: tuple[Any, ...], payload_limit: int) -> Event:
+    record = to_record(row)
+    size = row[5]
+    return replace(record, omitted=(("payload", size),)) if size > payload_limit else record
 
 
 def has_type(conn: sqlite3.Connection, execution_id: str, event_type: str) -> bool:

@@ -7,6 +7,7 @@ Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this packag
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -22,11 +23,14 @@ from rebuno.kernel.store.sqlite.timestamps import (
 )
 from rebuno.protocol.enums import ExecutionStatus
 
+ORIGIN = (
+    "idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at,"
+    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq, has_children"
+)
+"""An execution's origin (§24-§27), after its core columns."""
 COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
-    " updated_at, deadline_at, last_event_seq,"
-    " idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at,"
-    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq, has_children"
+    f" updated_at, deadline_at, last_event_seq, {ORIGIN}"
 )
 WIDTH = 22
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
@@ -38,6 +42,15 @@ def prefixed(alias: str) -> str:
 
 
 _TERMINAL = "('completed', 'failed', 'cancelled')"
+# A list page: `COLUMNS` with an input or output over the page's limit (the `?`s) left out,
+# and then the two sizes, in bytes of UTF-8.
+_LISTED = (
+    "id, agent_id, agent_version,"
+    " CASE WHEN length(CAST(input AS BLOB)) > ? THEN 'null' ELSE input END, status,"
+    " CASE WHEN length(CAST(output AS BLOB)) > ? THEN NULL ELSE output END, failure_reason,"
+    f" created_at, updated_at, deadline_at, last_event_seq, {ORIGIN},"
+    " length(CAST(input AS BLOB)), length(CAST(output AS BLOB))"
+)
 
 
 def to_record(row: tuple[Any, ...]) -> Execution:
@@ -65,6 +78,16 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         fork_seq=row[20],
         has_children=bool(row[21]),
     )
+
+
+def _listed(row: tuple[Any, ...], payload_limit: int) -> Execution:
+    record = to_record(row)
+    omitted = tuple(
+        (name, size)
+        for name, size in (("input", row[WIDTH]), ("output", row[WIDTH + 1]))
+        if size is not None and size > payload_limit
+    )
+    return replace(record, omitted=omitted) if omitted else record
 
 
 def get(conn: sqlite3.Connection, execution_id: str) -> Execution:
@@ -179,20 +202,20 @@ def list_page(conn: sqlite3.Connection, flt: ExecutionFilter) -> Page[Execution]
             params.append(value)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM executions {where} ORDER BY id DESC LIMIT ?",
-        (*params, flt.limit + 1),
+        f"SELECT {_LISTED} FROM executions {where} ORDER BY id DESC LIMIT ?",
+        (flt.payload_limit, flt.payload_limit, *params, flt.limit + 1),
     ).fetchall()
-    items = [to_record(row) for row in rows[: flt.limit]]
+    items = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
     next_cursor = items[-1].id if len(rows) > flt.limit and items else None
     return Page(items=items, next_cursor=next_cursor)
 
 
-def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int) -> list[str]:
+def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int, after: str) -> list[str]:
     rows = conn.execute(
         """SELECT id FROM executions
-           WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= ?
-           ORDER BY deadline_at LIMIT ?""",
-        (to_micros(now), limit),
+           WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= ? AND id > ?
+           ORDER BY id LIMIT ?""",
+        (to_micros(now), after, limit),
     ).fetchall()
     return [row[0] for row in rows]
 

@@ -150,6 +150,17 @@ _AGENT_INSTANCES = (
     "ALTER TABLE dispatches ADD COLUMN instance_incarnation TEXT",
 )
 
+# Replay protection of `v1=` agent requests (§2.3): digests of accepted ones, until a copy's
+# timestamp would be refused anyway; the sweep deletes the rows past `expires_at`.
+_SEEN_REQUESTS = (
+    """CREATE TABLE seen_requests (
+        digest BLOB PRIMARY KEY,
+        seen_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX seen_requests_expiry ON seen_requests (expires_at)",
+)
+
 # An execution's origin (§27): its idempotency key (one execution per agent and key), the
 # completed execution it continues, who created it and for whom, and the `state` it was
 # completed with; the session it is a turn of and when it was admitted (§24); the execution
@@ -187,6 +198,7 @@ _EXECUTION_ORIGIN = (
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _TABLES + _INDEXES + _TRIGGERS,
     _AGENT_INSTANCES,
+    _SEEN_REQUESTS,
     _EXECUTION_ORIGIN,
 )
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""

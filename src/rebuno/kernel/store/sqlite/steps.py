@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
@@ -22,6 +23,20 @@ COLUMNS = (
     " result, error, usage_input, usage_output, proposed_seq, started_at, completed_at"
 )
 _TERMINAL = ("succeeded", "failed", "denied", "cancelled")
+# A step list: `COLUMNS` with each payload over the limit (the first three `?`) left out, and
+# then the three sizes, in bytes of UTF-8.
+_LISTED = (
+    "step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency,"
+    " CASE WHEN length(CAST(args AS BLOB)) > ? THEN NULL ELSE args END,"
+    " CASE WHEN length(CAST(result AS BLOB)) > ? THEN NULL ELSE result END,"
+    " CASE WHEN length(CAST(error AS BLOB)) > ? THEN NULL ELSE error END,"
+    " usage_input, usage_output, proposed_seq, started_at, completed_at,"
+    " length(CAST(args AS BLOB)), length(CAST(result AS BLOB)), length(CAST(error AS BLOB))"
+)
+_WIDTH = 16
+_PAYLOADS = ("args", "result", "error")
+_WHOLE = 2**63 - 1
+"""A limit no payload reaches: the use cases' own reads get every step whole."""
 
 
 def to_record(row: tuple[Any, ...]) -> Step:
@@ -106,7 +121,9 @@ def update(conn: sqlite3.Connection, step: Step) -> None:
         raise NotFound(f"step {step.step_id} not found")
 
 
-def list_for(conn: sqlite3.Connection, execution_id: str, status: str | None) -> list[Step]:
+def list_for(
+    conn: sqlite3.Connection, execution_id: str, status: str | None, payload_limit: int = _WHOLE
+) -> list[Step]:
     """`status`: None for all, `terminal`, or one step status name; in proposal order."""
     if status is None:
         statuses: tuple[str, ...] = ()
@@ -116,10 +133,19 @@ def list_for(conn: sqlite3.Connection, execution_id: str, status: str | None) ->
         statuses = (status,)
     where = f"AND status IN ({', '.join('?' * len(statuses))})" if statuses else ""
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM steps WHERE execution_id = ? {where} ORDER BY proposed_seq",
-        (execution_id, *statuses),
+        f"SELECT {_LISTED} FROM steps WHERE execution_id = ? {where} ORDER BY proposed_seq",
+        (payload_limit, payload_limit, payload_limit, execution_id, *statuses),
     ).fetchall()
-    return [to_record(row) for row in rows]
+    return [_listed(row, payload_limit) for row in rows]
+
+
+def _listed(row: tuple[Any, ...], payload_limit: int) -> Step:
+    record = to_record(row)
+    sizes = zip(_PAYLOADS, row[_WIDTH:], strict=True)
+    omitted = tuple(
+        (name, size) for name, size in sizes if size is not None and size > payload_limit
+    )
+    return replace(record, omitted=omitted) if omitted else record
 
 
 def has_indeterminate(conn: sqlite3.Connection, execution_id: str, key: StepKey) -> bool:

@@ -33,6 +33,7 @@ from typing import Concatenate, ParamSpec, TextIO, TypeVar
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.store.base import (
+    LISTED_PAYLOAD_BYTES,
     ClaimedDispatch,
     Completion,
     ExecutionFilter,
@@ -49,6 +50,7 @@ from rebuno.kernel.store.sqlite import (
     events,
     executions,
     rate_buckets,
+    seen_requests,
     steps,
 )
 from rebuno.kernel.store.sqlite.errors import driver_errors
@@ -419,11 +421,19 @@ class SqliteStore:
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return self._read(executions.list_page, flt)
 
-    async def list_events(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
-        return self._read(events.list_after, execution_id, after_seq, limit)
+    async def list_events(
+        self,
+        execution_id: str,
+        after_seq: int,
+        limit: int,
+        payload_limit: int = LISTED_PAYLOAD_BYTES,
+    ) -> list[Event]:
+        return self._read(events.list_after, execution_id, after_seq, limit, payload_limit)
 
-    async def list_steps(self, execution_id: str, status: str | None) -> list[Step]:
-        return self._read(steps.list_for, execution_id, status)
+    async def list_steps(
+        self, execution_id: str, status: str | None, payload_limit: int = LISTED_PAYLOAD_BYTES
+    ) -> list[Step]:
+        return self._read(steps.list_for, execution_id, status, payload_limit)
 
     async def get_step(self, step_id: str) -> Step | None:
         return self._read(steps.find, step_id)
@@ -490,11 +500,13 @@ class SqliteStore:
         return self._read(dispatches.list_superseded, agent_id, instance, limit)
 
     # -- background sweeps ---------------------------------------------------------------
-    async def list_expired_approvals(self, now: datetime, limit: int) -> list[Approval]:
-        return self._read(approvals.list_expired, now, limit)
+    async def list_expired_approvals(self, now: datetime, limit: int, after: str = "") -> list[str]:
+        return self._read(approvals.list_expired, now, limit, after)
 
-    async def list_overdue_executions(self, now: datetime, limit: int) -> list[str]:
-        return self._read(executions.list_overdue, now, limit)
+    async def list_overdue_executions(
+        self, now: datetime, limit: int, after: str = ""
+    ) -> list[str]:
+        return self._read(executions.list_overdue, now, limit, after)
 
     async def list_sessions_to_admit(self, limit: int) -> list[str]:
         return self._read(executions.sessions_to_admit, limit)
@@ -521,6 +533,18 @@ class SqliteStore:
             with driver_errors(self._path):
                 rate_buckets.delete_before(conn, cutoff)
         return total
+
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        async with self._write() as conn:
+            with driver_errors(self._path):
+                return seen_requests.remember(conn, digest, now, until)
+
+    async def forget_requests(self, now: datetime) -> int:
+        async with self._write() as conn:
+            with driver_errors(self._path):
+                return seen_requests.forget_before(conn, now)
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:

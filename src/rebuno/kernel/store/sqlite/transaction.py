@@ -42,6 +42,7 @@ from rebuno.kernel.store.sqlite import (
     dispatches,
     executions,
     rate_buckets,
+    seen_requests,
     steps,
 )
 from rebuno.kernel.store.sqlite import events as event_log
@@ -175,6 +176,11 @@ class SqliteTransaction:
         self, key: str, max_calls: int, window_seconds: float, now: datetime
     ) -> float | None:
         return self._run(rate_buckets.take, key, max_calls, window_seconds, now)
+
+    async def remember_request(
+        self, digest: bytes, now: datetime, until: datetime
+    ) -> datetime | None:
+        return self._run(seen_requests.remember, digest, now, until)
 
     # -- writes --------------------------------------------------------------------------
     async def insert_execution(
