@@ -1,6 +1,6 @@
 # The two quick-start commands, and the rest of the workflow. Each target runs a script in
 # scripts/, so developers and CI do exactly the same thing.
-.PHONY: dev test check bench install
+.PHONY: dev test check bench fuzz install
 
 install:
 	@scripts/install
@@ -18,3 +18,7 @@ check: install
 
 bench: install
 	@scripts/bench
+
+# A longer fuzzing pass of the HTTP API against its OpenAPI document, on both stores.
+fuzz: install
+	@scripts/fuzz
