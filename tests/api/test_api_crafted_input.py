@@ -127,6 +127,15 @@ async def test_an_agent_path_that_no_agent_can_have_is_refused(
     assert_error(await client.get(path), 400, "validation_error")
 
 
+@pytest.mark.parametrize("agent_id", ["a%00b", "x" * 129, "a/b"])
+async def test_an_execution_filter_on_an_agent_id_no_agent_can_have_is_refused(
+    client: httpx.AsyncClient, execution: Execution, agent_id: str
+) -> None:
+    response = await client.get(f"/v0/executions?agent_id={agent_id}")
+
+    assert_error(response, 400, "validation_error")
+
+
 async def test_a_malformed_step_id_is_refused(
     client: httpx.AsyncClient, execution: Execution
 ) -> None:
