@@ -412,7 +412,8 @@ class Fuzzer:
                 self._fail(label, f"{what}\n{failure.message}\n{response.text[:500]}")
 
     def _name_live(self, operation: Operation, case: Case[Operation]) -> tuple[str, int] | None:
-        """Puts the live ids in the case's path, drops its long poll; the lease to send."""
+        """Puts the live ids in the case's path and carried outcomes, drops its long poll;
+        the lease to send."""
         live = self._scene.live()
         params = case.path_parameters if case.path_parameters is not None else {}
         for name, value in (
@@ -425,6 +426,11 @@ class Fuzzer:
                 params[name] = value
         if case.query:
             case.query.pop("wait", None)
+        carried = case.body.get("completions") if isinstance(case.body, dict) else None
+        if isinstance(carried, list):
+            for item in carried:
+                if isinstance(item, dict) and "step_id" in item:
+                    item["step_id"] = live.step_id
         takes_lease = any(p.name == DISPATCH_ID_HEADER for p in operation.headers)
         return (live.dispatch_id, live.attempt) if takes_lease else None
 
