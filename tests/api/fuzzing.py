@@ -88,18 +88,21 @@ SSE_OPERATION = "streamExecution"  # its answer never ends: only ever fuzzed wit
 
 @dataclass
 class Figures:
-    """What a run sent and found."""
+    """What a run sent and found: each failure is the check that failed and the details."""
 
     requests: int = 0
     seconds: float = 0.0
     statuses: Counter[int] = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         statuses = ", ".join(f"{code}: {n}" for code, n in sorted(self.statuses.items()))
+        found = Counter(check for check, _ in self.failures)
+        failures = ", ".join(f"{check}: {n}" for check, n in sorted(found.items())) or "none"
+        server_errors = sum(n for code, n in self.statuses.items() if code >= 500)
         return (
-            f"{self.requests} requests in {self.seconds:.1f} s, {len(self.failures)} failures"
-            f" (server errors and document violations); statuses {statuses}"
+            f"{self.requests} requests in {self.seconds:.1f} s; {server_errors} server errors;"
+            f" {len(self.failures)} failed checks ({failures}); statuses {statuses}"
         )
 
 
@@ -398,7 +401,7 @@ class Fuzzer:
         try:
             response = self._scene.session.send(request, timeout=REQUEST_TIMEOUT_SECONDS)
         except requests.RequestException as exc:
-            self._fail(label, f"no answer: {exc!r}")
+            self._fail("No answer", f"{label}: {exc!r}")
             return
         self.figures.requests += 1
         self.figures.statuses[response.status_code] += 1
@@ -408,8 +411,8 @@ class Fuzzer:
             case.validate_response(response, checks=CHECKS)
         except FailureGroup as group:
             for failure in group.exceptions:
-                what = f"{failure.title}: {response.status_code} to {request.method} {request.url}"
-                self._fail(label, f"{what}\n{failure.message}\n{response.text[:500]}")
+                what = f"{label}: {response.status_code} to {request.method} {request.url}"
+                self._fail(failure.title, f"{what}\n{failure.message}\n{response.text[:500]}")
 
     def _name_live(self, operation: Operation, case: Case[Operation]) -> tuple[str, int] | None:
         """Puts the live ids in the case's path and carried outcomes, drops its long poll;
@@ -434,8 +437,8 @@ class Fuzzer:
         takes_lease = any(p.name == DISPATCH_ID_HEADER for p in operation.headers)
         return (live.dispatch_id, live.attempt) if takes_lease else None
 
-    def _fail(self, label: str, message: str) -> None:
-        self.figures.failures.append(f"{label}: {message}")
+    def _fail(self, check: str, details: str) -> None:
+        self.figures.failures.append((check, details))
 
 
 def fuzz(base_url: str, hooks: _Webhooks, examples: int, only: Callable[[str], bool]) -> Figures:
@@ -493,6 +496,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args(argv)
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
+    checks = ", ".join(check.__name__ for check in CHECKS)
+    print(
+        f"{args.examples} examples per operation and mode, seed {SEED}; checks: {checks}",
+        flush=True,
+    )
     failed = 0
     for store in stores:
         with (
@@ -502,9 +510,9 @@ def main(argv: list[str] | None = None) -> int:
             running_kernel(db_url) as base_url,
         ):
             figures = fuzz(base_url, hooks, args.examples, lambda label: args.only in label)
-        for failure in figures.failures:
-            print(f"{store}: {failure}\n", file=sys.stderr)
-        print(f"{store}: {figures.summary()}")
+        for check, details in figures.failures:
+            print(f"{store}: {check}: {details}\n", file=sys.stderr)
+        print(f"{store}: {figures.summary()}", flush=True)
         failed += len(figures.failures)
     return 1 if failed else 0
 

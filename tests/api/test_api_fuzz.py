@@ -30,7 +30,7 @@ def test_generated_requests_get_only_documented_answers(db_url: str) -> None:
     with webhooks() as hooks, running_kernel(db_url) as base_url:
         figures = fuzz(base_url, hooks, EXAMPLES, lambda label: True)
 
-    assert figures.failures == []
+    assert [f"{check}: {details}" for check, details in figures.failures] == []
     assert figures.requests >= 200, figures.summary()
     # The requests got past parsing and authentication, and some were refused by both.
     assert {200, 204, 400, 401, 404, 409} <= set(figures.statuses), figures.summary()
