@@ -1,12 +1,13 @@
 """The OpenAPI document (`src/rebuno/kernel/api/openapi.yaml`) is valid OpenAPI 3.1 and names
-exactly the routes the kernel serves, each with exactly its methods; the kernel serves it to
-anyone at `GET /v0/openapi.json`."""
+exactly the routes the kernel serves, each with exactly its methods and the credentials it
+takes; the kernel serves it to anyone at `GET /v0/openapi.json`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import httpx
+import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route
 from starlette.types import ASGIApp
@@ -14,6 +15,7 @@ from starlette.types import ASGIApp
 from rebuno.kernel.api import openapi
 from rebuno.kernel.api.routing import DirectRoutes
 from rebuno.protocol.codes import HTTP_STATUS, ErrorCode
+from tests.api.harness import AGENT, AgentClient
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 ENVELOPES = {
@@ -25,6 +27,13 @@ ENVELOPES = {
     "RequestTimeout": 408,
     "PayloadTooLarge": 413,
     "InternalError": 500,
+}
+# Path values that pass parsing and name nothing (so no answer is a never-ending stream).
+SAMPLE = {
+    "execution_id": "0192d8c0-1234-7abc-8def-0123456789ab",
+    "step_id": "a" * 64,
+    "agent_id": AGENT,
+    "approval_id": "0192d8c0-1234-7abc-8def-0123456789ac",
 }
 
 
@@ -99,3 +108,34 @@ async def test_the_document_is_served_without_credentials(anon: httpx.AsyncClien
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json; charset=utf-8"
     assert response.json() == openapi.document()
+
+
+def _operations() -> list[tuple[str, str, set[str]]]:
+    """Each operation's method, a concrete path, and the credentials it takes."""
+    found = []
+    for path, item in openapi.document()["paths"].items():
+        for method in METHODS:
+            if method in item:
+                security = item[method].get("security", [{"bearer": []}])
+                kinds = {"agent" if "agentSignature" in one else "bearer" for one in security}
+                found.append((method.upper(), path.format(**SAMPLE), kinds))
+    return found
+
+
+@pytest.mark.parametrize("sent", ["nothing", "bearer", "agent"])
+async def test_each_operation_takes_the_credentials_it_documents(
+    anon: httpx.AsyncClient, client: httpx.AsyncClient, agent: AgentClient, sent: str
+) -> None:
+    wrong = []
+    for method, path, kinds in _operations():
+        body: dict[str, object] | None = {} if method in ("POST", "PUT") else None
+        if sent == "agent":
+            response = await agent.request(method, path, body, lease=None)
+        else:
+            http = client if sent == "bearer" else anon
+            response = await http.request(method, path, json=body)
+        refused = response.status_code == 401
+        if refused != (bool(kinds) and sent not in kinds):
+            wrong.append(f"{method} {path}: {response.status_code} to {sent}, documents {kinds}")
+
+    assert wrong == []
