@@ -1,6 +1,6 @@
 # The two quick-start commands, and the rest of the workflow. Each target runs a script in
 # scripts/, so developers and CI do exactly the same thing.
-.PHONY: dev test check bench chaos install
+.PHONY: dev test check bench chaos fuzz install
 
 install:
 	@scripts/install
@@ -21,3 +21,7 @@ bench: install
 
 chaos: install
 	@scripts/chaos
+
+# A longer fuzzing pass of the HTTP API against its OpenAPI document, on both stores.
+fuzz: install
+	@scripts/fuzz

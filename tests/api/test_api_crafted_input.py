@@ -127,6 +127,15 @@ async def test_an_agent_path_that_no_agent_can_have_is_refused(
     assert_error(await client.get(path), 400, "validation_error")
 
 
+@pytest.mark.parametrize("agent_id", ["a%00b", "x" * 129, "a/b"])
+async def test_an_execution_filter_on_an_agent_id_no_agent_can_have_is_refused(
+    client: httpx.AsyncClient, execution: Execution, agent_id: str
+) -> None:
+    response = await client.get(f"/v0/executions?agent_id={agent_id}")
+
+    assert_error(response, 400, "validation_error")
+
+
 async def test_a_malformed_step_id_is_refused(
     client: httpx.AsyncClient, execution: Execution
 ) -> None:
@@ -143,3 +152,30 @@ async def test_an_unbounded_agent_id_header_is_unauthorized(
     )
 
     assert_error(response, 401, "unauthorized")
+
+
+@pytest.mark.parametrize(
+    "escaped",
+    ['"a\\0b"', '"a\\ud800b"'],
+    ids=["nul", "surrogate"],
+)
+@pytest.mark.parametrize("where", ["reason", "message", "approver"])
+async def test_a_bundle_whose_yaml_escapes_unsendable_text_is_refused(
+    client: httpx.AsyncClient, leased: AgentClient, execution: Execution, escaped: str, where: str
+) -> None:
+    then = {
+        "reason": f"{{decision: deny, reason: {escaped}}}",
+        "message": f"{{decision: require_approval, approval_config: {{message: {escaped}}}}}",
+        "approver": f"{{decision: require_approval, approval_config: {{approvers: [{escaped}]}}}}",
+    }[where]
+    bundle = f"default_action: allow\nrules:\n  - id: r\n    then: {then}\n"
+
+    refused = await client.post("/v0/policies/researcher", json={"bundle": bundle})
+    registered = await client.post("/v0/agents", json={**WRITER, "policy_bundle": bundle})
+
+    assert_error(refused, 400, "validation_error")
+    assert_error(registered, 400, "validation_error")
+    # Nothing was stored, so the agent's next step is decided without that rule.
+    submitted = await leased.post(f"/v0/executions/{execution.id}/steps", {"kind": "local"})
+    assert submitted.status_code == 200, submitted.text
+    assert submitted.json()["decision"] == "proceed"

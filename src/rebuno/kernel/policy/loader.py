@@ -15,6 +15,7 @@ helpers for placing a problem in a YAML text (`yaml_place`, `yaml_error_place`,
 from __future__ import annotations
 
 import difflib
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -238,13 +239,38 @@ def _compile(text: str) -> Bundle | ValidationFailed:
 def _parse_yaml(text: str) -> object:
     try:
         # A fresh loader per call: ruamel's YAML objects are not safe to share across threads.
-        return YAML(typ="safe").load(text)
+        document: object = YAML(typ="safe").load(text)
     except YAMLError as error:
         problem, line, column = yaml_error_place(error)
         raise BundleInvalid(f"invalid YAML: {problem}", line, column, error) from error
     except (ValueError, TypeError, RecursionError) as error:
         problem = " ".join(str(error).split()) or type(error).__name__
         raise BundleInvalid(f"invalid YAML: {problem}") from error
+    if (unsendable := _unsendable_text(document)) is not None:
+        raise BundleInvalid(f"invalid YAML: {unsendable}")
+    return document
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _unsendable_text(document: object) -> str | None:
+    """What makes a string of the document unfit to store or send, if one is: a NUL (which
+    PostgreSQL text cannot hold) or a lone surrogate (which is not UTF-8), both of which a
+    YAML escape (`"\\0"`, `"\\ud800"`) can put in a reason, a message or an approver."""
+    pending: list[object] = [document]
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "a string holds a NUL character"
+            if not item.isascii() and _SURROGATE.search(item):
+                return "a string holds a lone surrogate"
+        elif isinstance(item, dict | list) and id(item) not in seen:
+            seen.add(id(item))  # an alias is walked once
+            pending.extend([*item.keys(), *item.values()] if isinstance(item, dict) else item)
+    return None
 
 
 class _Refusal(Exception):

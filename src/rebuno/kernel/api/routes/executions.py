@@ -159,8 +159,10 @@ class ExecutionRoutes:
         await self._gate.client(request)
         query = request.query_params
         default, maximum = LIST_LIMIT
+        agent = params.first(query, "agent_id")
         flt = ExecutionFilter(
-            agent_id=params.first(query, "agent_id") or None,
+            # An id no agent can have (a NUL, which PostgreSQL text cannot hold) is a 400.
+            agent_id=params.agent_id(agent) if agent else None,
             status=execution_status(params.first(query, "status")),
             session=params.first(query, "session") or None,
             cursor=params.optional_uuid(query, "cursor"),

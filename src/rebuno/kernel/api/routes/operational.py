@@ -1,4 +1,5 @@
-"""Unauthenticated operational routes (§5.4): liveness, readiness, metrics.
+"""Unauthenticated operational routes (§5.4): liveness, readiness, metrics, and the API's
+OpenAPI document.
 
 Must not import a store backend or the dispatcher.
 """
@@ -10,9 +11,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from rebuno.kernel import metrics
+from rebuno.kernel.api import openapi
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.routing import route
-from rebuno.kernel.api.schemas import json_response
+from rebuno.kernel.api.schemas import JSON_MEDIA_TYPE, json_response
 from rebuno.kernel.service.kernel import Kernel
 
 PROMETHEUS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -27,6 +29,7 @@ class OperationalRoutes:
         return [
             route("/v0/health", GET=self.health),
             route("/v0/ready", GET=self.ready),
+            route(openapi.PATH, GET=self.document),
             route("/metrics", GET=self.metrics),
         ]
 
@@ -46,3 +49,8 @@ class OperationalRoutes:
         await self._gate.anyone(request)
         await metrics.refresh_queue(self._kernel.store.dispatch_queue, self._kernel.clock())
         return Response(metrics.render(), media_type=PROMETHEUS_MEDIA_TYPE)
+
+    async def document(self, request: Request) -> Response:
+        """The OpenAPI 3.1 document of every route; it holds no secret, so anyone may read it."""
+        await self._gate.anyone(request)
+        return Response(openapi.document_json(), media_type=JSON_MEDIA_TYPE)
