@@ -127,15 +127,17 @@ def start_agent(agent_id: str, port: int, kernel_url: str, log: Path, **env: str
     return agent
 
 
-def rebuno(*args: str, url: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Runs `rebuno ARGS --url URL` to completion."""
+def rebuno(
+    *args: str, url: str, stdin: str | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Runs `rebuno ARGS --url URL` to completion; `env` adds to its environment."""
     return subprocess.run(
         [*CLI, *args, "--url", url],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
-        env=child_env(),
+        env=child_env(env),
         check=False,
     )
 

@@ -1,7 +1,7 @@
 """The CLI's sessions, forks and idempotent creates (docs/protocol.md §24-§27) against a real
 kernel process and real agents: `exec create --session/--parent/--idempotency-key/
 --on-behalf-of`, `exec ls --session`, `exec fork`, what `exec get` shows of an execution's
-origin, and the exit code of `exec watch`."""
+origin, the exit code of `exec watch`, and the reference CLI's spellings (§29.2)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.cli.conftest import Stack
 from tests.cli.harness import rebuno, rebuno_json
-from tests.cli.test_commands import wait_for_status
+from tests.cli.test_commands import create, pending_approval, wait_for_status
 
 
 def test_turns_of_a_session_are_listed_and_continue_one_another(stack: Stack) -> None:
@@ -80,3 +80,31 @@ def test_exec_watch_exits_1_when_the_execution_failed(stack: Stack) -> None:
 
     assert watched.returncode == 1, watched.stdout
     assert "failed" in watched.stdout
+
+
+def test_the_reference_spellings_answer_as_ours(stack: Stack) -> None:
+    assert (
+        rebuno("agent", "list", url=stack.url).stdout
+        == rebuno("agents", "ls", url=stack.url).stdout
+    )
+    assert rebuno("exec", "list", "--limit", "1", url=stack.url).returncode == 0
+    execution_id = create(stack, "gated", '{"command": "rm -rf /"}')
+    approval = pending_approval(stack, execution_id)
+
+    nobody = rebuno(
+        "approval", "deny", approval["id"], "--reason", "no", url=stack.url, env={"USER": ""}
+    )
+    assert nobody.returncode == 1
+    assert nobody.stderr.strip() == "error: --by is required when $USER is unset"
+    denied = rebuno(
+        "approval",
+        "deny",
+        approval["id"],
+        "--reason",
+        "change freeze",
+        url=stack.url,
+        env={"USER": "alice"},
+    )
+    assert denied.returncode == 0, denied.stderr
+    shown = rebuno_json("approval", "get", approval["id"], url=stack.url)
+    assert (shown["decided_by"], shown["rationale"]) == ("alice", "change freeze")

@@ -1,6 +1,7 @@
 """The official SDK 0.29.2, unchanged, through sessions, sub-agents, forks and idempotent
 creates (docs/protocol.md §24-§27), against `rebuno dev` and against two `rebuno server`
-replicas on PostgreSQL. The agents are tests/e2e/official_lineage.py."""
+replicas on PostgreSQL; and our SDK through the same scenarios, from the same agent code
+(tests/e2e/official_lineage.py), since its public names are the official SDK's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,8 +85,16 @@ class World:
         return self.side.read_text().split("\n")[:-1]
 
 
+@pytest.fixture(params=["official", "ours"])
+def sdk_python(request: pytest.FixtureRequest) -> Path:
+    """The interpreter the agents and the client run with: the official SDK's, or ours."""
+    if request.param == "official":
+        return official_sdk_python("0.29.2")
+    return Path(sys.executable)
+
+
 @pytest.fixture(params=["dev", pytest.param("replicas", marks=pytest.mark.postgres)])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+def world(request: pytest.FixtureRequest, tmp_path: Path, sdk_python: Path) -> Iterator[World]:
     ports = {name: free_port() for name in AGENTS}
     manifest = tmp_path / "rebuno.yaml"
     manifest.write_text(
@@ -110,7 +120,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     side = tmp_path / "side.txt"
     side.touch()
     env = {"SIDE_FILE": str(side), "REBUNO_URL": kernels[-1].url, "REBUNO_API_KEY": TOKEN}
-    world = World(kernels, official_sdk_python("0.29.2"), side, env, ports)
+    world = World(kernels, sdk_python, side, env, ports)
     for name in AGENTS:
         world.start(name, tmp_path / f"{name}.log")
     try:
@@ -122,7 +132,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
             kernel.stop()
 
 
-def test_the_official_sdk_runs_conversations_sub_agents_forks_and_idempotent_creates(
+def test_the_sdk_runs_conversations_sub_agents_forks_and_idempotent_creates(
     world: World, tmp_path: Path
 ) -> None:
     # A three-turn conversation; the second turn, created while the first runs, waits.

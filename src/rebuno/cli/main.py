@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from rebuno.cli.aliases import Aliased
 from rebuno.cli.commands.agents import agents
 from rebuno.cli.commands.approvals import approvals
 from rebuno.cli.commands.dev import dev
@@ -19,9 +20,6 @@ from rebuno.cli.commands.executions import executions
 from rebuno.cli.commands.policy import policy
 from rebuno.cli.commands.repl import repl
 from rebuno.cli.commands.server import server
-
-ALIASES = {"approval": "approvals"}
-"""Other spellings of a command, accepted wherever the command is."""
 
 
 def package_version() -> str:
@@ -31,14 +29,7 @@ def package_version() -> str:
         return "unknown"
 
 
-class Commands(click.Group):
-    """The command table, which also answers to the spellings of `ALIASES`."""
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        return super().get_command(ctx, ALIASES.get(cmd_name, cmd_name))
-
-
-@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Aliased, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_version(), "--version", "-V", prog_name="rebuno")
 def rebuno() -> None:
     """Rebuno: a durable-execution kernel for AI agents."""

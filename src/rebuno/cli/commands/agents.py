@@ -9,10 +9,11 @@ from __future__ import annotations
 import click
 
 from rebuno.cli import operations
+from rebuno.cli.aliases import Aliased
 from rebuno.cli.remote import Remote, remote_command
 
 
-@click.group("agents")
+@click.group("agents", cls=Aliased)
 def agents() -> None:
     """List, show, register and delete agents."""
 

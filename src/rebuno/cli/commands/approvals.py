@@ -6,15 +6,18 @@ Must not import anything under `rebuno.kernel`: it talks to a kernel over HTTP.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from rebuno.cli import approvals as operations
+from rebuno.cli.aliases import Aliased
 from rebuno.cli.remote import Remote, remote_command
 
 STATUSES = ("pending", "granted", "denied", "expired", "all")
 
 
-@click.group("approvals")
+@click.group("approvals", cls=Aliased)
 def approvals() -> None:
     """List, inspect, grant and deny approvals (also: approval). IDs may be a unique prefix."""
 
@@ -45,10 +48,17 @@ def _decision(grant: bool) -> click.Command:
 
     @click.command(verb)
     @click.argument("approval_id", metavar="ID")
-    @click.option("--by", "decided_by", default="", help="Who decides (checked against approvers).")
-    @click.option("--rationale", default="", help="Why, kept with the approval.")
+    @click.option(
+        "--by",
+        "decided_by",
+        default=lambda: os.environ.get("USER", ""),
+        help="Who decides (checked against approvers); default $USER.",
+    )
+    @click.option("--reason", "--rationale", "rationale", default="", help="Why, kept with it.")
     @remote_command
     def decide(remote: Remote, approval_id: str, decided_by: str, rationale: str) -> None:
+        if not decided_by:
+            raise click.ClickException("--by is required when $USER is unset")
         remote.run(
             lambda client, out: operations.decide_approval(
                 client, out, approval_id, grant=grant, decided_by=decided_by, rationale=rationale

@@ -13,13 +13,14 @@ from typing import Any, TextIO
 import click
 
 from rebuno.cli import operations, steps
+from rebuno.cli.aliases import Aliased
 from rebuno.cli.remote import Remote, remote_command
 from rebuno.protocol.enums import ExecutionStatus
 
 ID = click.argument("execution_id", metavar="ID")
 
 
-@click.group("exec")
+@click.group("exec", cls=Aliased)
 def executions() -> None:
     """Create, inspect, follow and cancel executions. IDs may be a unique prefix."""
 

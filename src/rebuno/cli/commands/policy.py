@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from rebuno.cli.aliases import Aliased
 from rebuno.cli.render import Output
 from rebuno.kernel.domain.errors import KernelError
 from rebuno.kernel.policy import Bundle, PolicyResult, load_bundle
@@ -22,7 +23,7 @@ from rebuno.protocol.enums import PolicyAction, StepKind
 BUNDLE = click.argument("bundle_file", metavar="FILE", type=click.Path(dir_okay=False))
 
 
-@click.group("policy")
+@click.group("policy", cls=Aliased)
 def policy() -> None:
     """Validate policy bundles and see what they decide, without a kernel."""
 
