@@ -133,3 +133,25 @@ async def test_fork_points_name_the_latest_seq(client: httpx.AsyncClient, source
     latest = len(await events(client, source))
     answer = (await client.get(f"/v0/executions/{source}/fork-points")).json()
     assert answer == {"latest_seq": latest, "resources": {}, "checkpoints": []}
+
+
+async def test_a_running_source_forks_into_a_complete_log_of_its_own(
+    client: httpx.AsyncClient, kernel: Kernel, agent: AgentClient
+) -> None:
+    """§26.7: the copy reads only what never changes (events, ended steps), so a source still
+    running forks consistently; the fork's log is contiguous from 1 and whole on its own."""
+    running = (await client.post("/v0/executions", json={"agent_id": AGENT})).json()["id"]
+    runner = replace(agent, lease=await claim(kernel, running))
+    done = (await runner.post(f"/v0/executions/{running}/steps", X)).json()
+    await runner.post(f"/v0/executions/{running}/steps/{done['step_id']}/complete", {"result": 1})
+    open_step = (await runner.post(f"/v0/executions/{running}/steps", Y)).json()
+    assert open_step["decision"] == "proceed"  # Y is executing in the source
+
+    latest = len(await events(client, running))
+    forked = (await fork(client, running, at_seq=latest)).json()
+    log = await events(client, forked["id"])
+
+    assert [e["event_seq"] for e in log] == list(range(1, len(log) + 1))
+    steps = (await client.get(f"/v0/executions/{forked['id']}/steps")).json()
+    assert [s["target"] for s in steps] == ["x"]  # the open one runs live in the fork
+    assert (await client.get(f"/v0/executions/{running}")).json()["status"] == "running"
