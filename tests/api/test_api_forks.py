@@ -138,7 +138,7 @@ async def test_fork_points_name_the_latest_seq(client: httpx.AsyncClient, source
 async def test_a_running_source_forks_into_a_complete_log_of_its_own(
     client: httpx.AsyncClient, kernel: Kernel, agent: AgentClient
 ) -> None:
-    """§26.7: the copy reads only what never changes (events, ended steps), so a source still
+    """§26.3: the copy reads only what never changes (events, ended steps), so a source still
     running forks consistently; the fork's log is contiguous from 1 and whole on its own."""
     running = (await client.post("/v0/executions", json={"agent_id": AGENT})).json()["id"]
     runner = replace(agent, lease=await claim(kernel, running))

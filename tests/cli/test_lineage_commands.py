@@ -1,7 +1,7 @@
 """The CLI's sessions, forks and idempotent creates (docs/protocol.md §24-§27) against a real
 kernel process and real agents: `exec create --session/--parent/--idempotency-key/
 --on-behalf-of`, `exec ls --session`, `exec fork`, what `exec get` shows of an execution's
-origin, the exit code of `exec watch`, and the reference CLI's spellings (§29.2)."""
+origin, the exit code of `exec watch`, and the reference CLI's spellings (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -288,7 +288,7 @@ def test_ready_answers_503_while_the_database_is_unreachable_and_200_after(
 def test_creates_racing_into_one_session_across_replicas_admit_one(
     tmp_path: Path, start: Any
 ) -> None:
-    """§24.9: the session lock serialises creates on every replica; one execution is
+    """§24.3: the session lock serialises creates on every replica; one execution is
     admitted and delivered, the others wait in creation order."""
     receiver = WebhookReceiver(SECRET)
     manifest = write_manifest(tmp_path, receiver.url, lease_seconds=60)
