@@ -279,12 +279,14 @@ def last_completed(conn: sqlite3.Connection, agent_id: str, session: str) -> str
 
 
 def admit(conn: sqlite3.Connection, execution_id: str, now: datetime, parent: str | None) -> None:
-    conn.execute(
-        """UPDATE executions SET admitted_at = ?,
-               parent_execution_id = COALESCE(parent_execution_id, ?)
-           WHERE id = ?""",
-        (to_micros(now), parent, execution_id),
-    )
+    """A second admitted live execution of a session is a `Conflict` (its unique index)."""
+    with refusals(f"execution {execution_id}"):
+        conn.execute(
+            """UPDATE executions SET admitted_at = ?,
+                   parent_execution_id = COALESCE(parent_execution_id, ?)
+               WHERE id = ?""",
+            (to_micros(now), parent, execution_id),
+        )
 
 
 def sessions_to_admit(conn: sqlite3.Connection, limit: int) -> list[str]:
