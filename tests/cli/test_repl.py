@@ -4,6 +4,7 @@ the kernel keeps serving."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +166,36 @@ def test_ctrl_c_interrupts_a_watch_that_would_wait_forever(session: Session) -> 
 
     assert session.kernel_serving()
     assert "blocked" in session.run(f"exec get {execution_id}")
+
+
+def test_ctrl_c_reaches_a_shell_whose_parent_ignored_it(agents: Agents, tmp_path: Path) -> None:
+    """A parent that ignores SIGINT passes that on; the shell answers Ctrl-C all the same."""
+    args = kernel_args(agents.port, tmp_path / "kernel.db", agents.manifest, "--log-level", "warn")
+    ignoring = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN);"
+        " os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    env = child_env({"HOME": str(tmp_path), "NO_COLOR": "1", "TERM": "xterm"})
+    shell = pexpect.spawn(
+        sys.executable,
+        ["-c", ignoring, *args],
+        env=env,
+        encoding="utf-8",
+        timeout=20,
+        dimensions=(50, 200),
+    )
+    try:
+        shell.expect_exact(PROMPT)
+        session = Session(shell, agents.url, tmp_path)
+        created = session.run('exec create gated {"command": "pwd"}')
+        execution_id = created.split("created ", 1)[1].split()[0]
+        shell.sendline(f"exec watch {execution_id}")
+        shell.expect_exact("execution.blocked")
+        shell.sendintr()
+        shell.expect_exact("interrupted")
+    finally:
+        if shell.isalive():
+            shell.terminate(force=True)
 
 
 def test_ctrl_d_stops_the_kernel(session: Session) -> None:

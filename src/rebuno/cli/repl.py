@@ -154,6 +154,7 @@ class Repl:
         """True while the shell waits at its prompt (see `PromptStream`)."""
 
     def run(self, history: Path | None = None) -> None:
+        _answer_interrupts()
         _load_history(history)
         try:
             while self._kernel_alive():
@@ -446,3 +447,10 @@ def _banner(url: str, attached: bool) -> str:
 
 def _stop(signum: int, frame: FrameType | None) -> None:
     raise Stop
+
+
+def _answer_interrupts() -> None:
+    """Ctrl-C reaches the shell whatever the process inherited: a parent that ignored SIGINT
+    or blocked it passes that on to its children, and the shell would then never see one."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
