@@ -57,6 +57,20 @@ _OVERDUE = """
     WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s AND id > %s
     ORDER BY id LIMIT %s
 """
+# What goes with the executions a retention statement deletes (`gone`), in the same statement:
+# only approvals still cascade (008_hot_path_keys). Ends the statement with how many went.
+_CHILDREN_GONE = """, dispatches_gone AS (
+        DELETE FROM dispatches WHERE execution_id IN (SELECT id FROM gone) RETURNING id
+    ), counters_gone AS (
+        DELETE FROM dispatch_step_counters
+        WHERE dispatch_id IN (SELECT id FROM dispatches_gone)
+    ), events_gone AS (
+        DELETE FROM events WHERE execution_id IN (SELECT id FROM gone)
+    ), steps_gone AS (
+        DELETE FROM steps WHERE execution_id IN (SELECT id FROM gone)
+    )
+    SELECT count(*) FROM gone
+"""
 # The children go in the same statement: only approvals still cascade (008_hot_path_keys). An
 # execution another one names as its parent stays, so that one's `previous` keeps answering
 # (§24.6); it goes on a later pass once the other has gone.
@@ -70,18 +84,7 @@ _DELETE_TERMINAL = f"""
             LIMIT %(limit)s FOR UPDATE SKIP LOCKED
         )
         RETURNING id
-    ), dispatches_gone AS (
-        DELETE FROM dispatches WHERE execution_id IN (SELECT id FROM gone) RETURNING id
-    ), counters_gone AS (
-        DELETE FROM dispatch_step_counters
-        WHERE dispatch_id IN (SELECT id FROM dispatches_gone)
-    ), events_gone AS (
-        DELETE FROM events WHERE execution_id IN (SELECT id FROM gone)
-    ), steps_gone AS (
-        DELETE FROM steps WHERE execution_id IN (SELECT id FROM gone)
-    )
-    SELECT count(*) FROM gone
-"""
+    ){_CHILDREN_GONE}"""
 
 
 def from_row(row: Sequence[Any]) -> Execution:
@@ -259,18 +262,7 @@ _DELETE_SESSION = f"""
         DELETE FROM executions
         WHERE id IN (SELECT id FROM members) AND EXISTS (SELECT 1 FROM qualifies)
         RETURNING id
-    ), dispatches_gone AS (
-        DELETE FROM dispatches WHERE execution_id IN (SELECT id FROM gone) RETURNING id
-    ), counters_gone AS (
-        DELETE FROM dispatch_step_counters
-        WHERE dispatch_id IN (SELECT id FROM dispatches_gone)
-    ), events_gone AS (
-        DELETE FROM events WHERE execution_id IN (SELECT id FROM gone)
-    ), steps_gone AS (
-        DELETE FROM steps WHERE execution_id IN (SELECT id FROM gone)
-    )
-    SELECT count(*) FROM gone
-"""
+    ){_CHILDREN_GONE}"""
 
 
 async def _one(conn: Executor, query: str, params: Any) -> Any:
