@@ -72,7 +72,9 @@ class EventBatch:
         rule_id: str = "",
         error: RawJson | None = None,
         usage: dict[str, int] | None = None,
+        policy_hash: str | None = None,
     ) -> None:
+        """`policy_hash`: of the bundle that decided, on a decision the policy made (§35.6)."""
         omit_empty_target = event_type in (EventType.STEP_DENIED, EventType.STEP_RATE_LIMITED)
         fields: dict[str, Any] = {"step_id": step.step_id, "step_type": step.kind.value}
         if step.target or not omit_empty_target:
@@ -80,6 +82,7 @@ class EventBatch:
         fields["rule_id"] = rule_id or None
         fields["error"] = Raw(error) if error is not None else None
         fields["usage"] = usage
+        fields["policy_hash"] = policy_hash
         self.add(event_type, fields)
 
     def dispatch(

@@ -22,6 +22,7 @@ INDETERMINATE_ERROR: RawJson = orjson.dumps(
 ).decode()
 INDETERMINATE_RETRY_RULE = "__indeterminate_retry"
 INDETERMINATE_RETRY_REASON = "prior attempt outcome unknown; retry refused"
+BUDGET_EXCEEDED_REASON = "execution_token_budget_exceeded"
 CANCELLED_ERROR: RawJson = '{"reason":"execution_cancelled"}'
 
 

@@ -100,7 +100,7 @@ def line_and_column(line: int | None, column: int | None) -> str:
 
 def load_bundle(text: str) -> Bundle:
     """Validate and compile a bundle; raises `BundleInvalid` on the first problem."""
-    document = _parse_yaml(text)
+    document = parse_yaml(text)
     try:
         return _compile_document(document)
     except _Refusal as refusal:
@@ -236,7 +236,9 @@ def _compile(text: str) -> Bundle | ValidationFailed:
         return error
 
 
-def _parse_yaml(text: str) -> object:
+def parse_yaml(text: str) -> object:
+    """A YAML document read with YAML 1.2 scalars, refused (`BundleInvalid`, placed when the
+    parser says where) when it does not parse or holds text that could not be stored."""
     try:
         # A fresh loader per call: ruamel's YAML objects are not safe to share across threads.
         document: object = YAML(typ="safe").load(text)

@@ -14,6 +14,7 @@ from rebuno.kernel.service.dispatches import DispatchUseCases
 from rebuno.kernel.service.forks import ForkUseCases
 from rebuno.kernel.service.instances import InstanceUseCases
 from rebuno.kernel.service.lineage import LineageUseCases
+from rebuno.kernel.service.policytests import PolicyTestUseCases
 from rebuno.kernel.service.steps import StepUseCases
 
 READY_TIMEOUT_SECONDS = 2.0
@@ -27,6 +28,7 @@ class Kernel(
     DispatchUseCases,
     InstanceUseCases,
     ForkUseCases,
+    PolicyTestUseCases,
 ):
     """Every use case of the kernel; each opens exactly one store transaction."""
 

@@ -38,7 +38,7 @@ from rebuno.protocol.enums import (
 )
 from rebuno.protocol.events import EventType
 
-BUDGET_EXCEEDED = "execution_token_budget_exceeded"
+BUDGET_EXCEEDED = steps.BUDGET_EXCEEDED_REASON
 RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
 
 
@@ -95,6 +95,8 @@ class Submitted:
     verdict: PolicyResult | None = None
     """The policy's verdict on a new step; None for a recorded one (never consulted, R*)."""
     facts: Facts = NO_FACTS
+    policy_hash: str | None = None
+    """§35.6: the hash of the bundle the verdict came from; None when no bundle was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,21 +245,27 @@ def _decide_new(
         verdict = PolicyResult(
             PolicyAction.DENY, steps.INDETERMINATE_RETRY_REASON, steps.INDETERMINATE_RETRY_RULE
         )
-        return _denied(execution, step, verdict, batch)
+        return _denied(execution, step, verdict, batch, None)  # the kernel's, not a bundle's
+    hashed = submitted.policy_hash
     if facts.rate_wait is not None:
-        return _rate_limited(execution, step, verdict, facts, batch)
+        return _rate_limited(execution, step, verdict, facts, batch, hashed)
     verdict = _within_budget(verdict, facts)
     match verdict.action:
         case PolicyAction.ALLOW:
-            return _allowed(execution, step, verdict, batch)
+            return _allowed(execution, step, verdict, batch, hashed)
         case PolicyAction.DENY:
-            return _denied(execution, step, verdict, batch)
+            return _denied(execution, step, verdict, batch, hashed)
         case PolicyAction.REQUIRE_APPROVAL:
-            return _held(execution, step, verdict, batch, rules)
+            return _held(execution, step, verdict, batch, rules, hashed)
 
 
 def _rate_limited(
-    execution: Execution, step: Step, verdict: PolicyResult, facts: Facts, batch: EventBatch
+    execution: Execution,
+    step: Step,
+    verdict: PolicyResult,
+    facts: Facts,
+    batch: EventBatch,
+    policy_hash: str | None,
 ) -> Plan:
     """§14.7: refused, or parked once when the wait is within the rule's `max_wait`."""
     limit = verdict.rate_limit
@@ -265,7 +273,13 @@ def _rate_limited(
     assert limit is not None and wait is not None
     error = steps.reason_error(RATE_LIMIT_EXCEEDED, verdict.rule_id)
     max_wait = limit.max_wait.total_seconds() if limit.max_wait else 0.0
-    batch.step(EventType.STEP_RATE_LIMITED, step, rule_id=verdict.rule_id, error=error)
+    batch.step(
+        EventType.STEP_RATE_LIMITED,
+        step,
+        rule_id=verdict.rule_id,
+        error=error,
+        policy_hash=policy_hash,
+    )
     if not may_park(verdict, wait) or facts.rate_limited_before:
         answer = StepDecision(
             Decision.RATE_LIMITED, reason=RATE_LIMIT_EXCEEDED, rule_id=verdict.rule_id
@@ -302,21 +316,39 @@ def _within_budget(verdict: PolicyResult, facts: Facts) -> PolicyResult:
     )
 
 
-def _allowed(execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch) -> Plan:
+def _allowed(
+    execution: Execution,
+    step: Step,
+    verdict: PolicyResult,
+    batch: EventBatch,
+    policy_hash: str | None,
+) -> Plan:
     batch.step(EventType.STEP_PROPOSED, step)
-    batch.step(EventType.STEP_ALLOWED, step, rule_id=verdict.rule_id)
+    batch.step(EventType.STEP_ALLOWED, step, rule_id=verdict.rule_id, policy_hash=policy_hash)
     executing = steps.start(step, batch.now)
     batch.step(EventType.STEP_EXECUTING, executing)
     return Plan(StepDecision(Decision.PROCEED, step.step_id), execution, insert_step=executing)
 
 
-def _denied(execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch) -> Plan:
+def _denied(
+    execution: Execution,
+    step: Step,
+    verdict: PolicyResult,
+    batch: EventBatch,
+    policy_hash: str | None,
+) -> Plan:
     reason = verdict.reason or "policy_denied"
     denied = steps.finish(
         step, StepStatus.DENIED, batch.now, error=steps.reason_error(reason, verdict.rule_id)
     )
     batch.step(EventType.STEP_PROPOSED, step)
-    batch.step(EventType.STEP_DENIED, denied, rule_id=verdict.rule_id, error=denied.error)
+    batch.step(
+        EventType.STEP_DENIED,
+        denied,
+        rule_id=verdict.rule_id,
+        error=denied.error,
+        policy_hash=policy_hash,
+    )
     answer = StepDecision(
         Decision.DENIED, step.step_id, reason=reason, rule_id=verdict.rule_id or None
     )
@@ -324,12 +356,19 @@ def _denied(execution: Execution, step: Step, verdict: PolicyResult, batch: Even
 
 
 def _held(
-    execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch, rules: Rules
+    execution: Execution,
+    step: Step,
+    verdict: PolicyResult,
+    batch: EventBatch,
+    rules: Rules,
+    policy_hash: str | None,
 ) -> Plan:
     """N3: the execution blocks and its dispatches retire until a person decides."""
     waiting = replace(step, status=StepStatus.AWAITING_APPROVAL)
     batch.step(EventType.STEP_PROPOSED, step)
-    batch.step(EventType.STEP_AWAITING_APPROVAL, waiting, rule_id=verdict.rule_id)
+    batch.step(
+        EventType.STEP_AWAITING_APPROVAL, waiting, rule_id=verdict.rule_id, policy_hash=policy_hash
+    )
     approval = _approval(waiting, verdict, batch, rules)
     batch.approval(EventType.APPROVAL_REQUESTED, approval.id, step.step_id, approval.status)
     blocked = transition(execution, ExecutionStatus.BLOCKED, batch.now)

@@ -38,6 +38,7 @@ from rebuno.kernel.domain.ratelimit import park_wait
 from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
 from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
+from rebuno.kernel.policy.suite import policy_hash
 from rebuno.kernel.service.base import ServiceBase, flush, log, new_id
 from rebuno.kernel.service.plan import (
     NO_FACTS,
@@ -120,7 +121,8 @@ class StepUseCases(ServiceBase):
                 policy_free = not bundle
                 verdict = self._evaluate_policy(execution, bundle, request)
                 facts = await _facts(tx, execution, key, request, verdict, now)
-                submitted = replace(submitted, verdict=verdict, facts=facts)
+                hashed = policy_hash(bundle) if bundle else None
+                submitted = replace(submitted, verdict=verdict, facts=facts, policy_hash=hashed)
             plan = decide(submitted, batch, self.rules)
             await self._apply(tx, plan, batch, lease, key, slot)
             woke = any(e.type == EventType.DISPATCH_QUEUED for e in batch.events)

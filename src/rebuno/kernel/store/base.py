@@ -165,6 +165,21 @@ class Completion:
     """The dispatch the lease names, if it exists and belongs to this execution."""
 
 
+DECISION_TYPES = ("step.allowed", "step.denied", "step.awaiting_approval")
+"""The event types `StepHistory.decisions` holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepHistory:
+    """What replaying an execution through a policy reads (§35.3), from one snapshot."""
+
+    execution: Execution
+    steps: list[Step]
+    """Every step, whole, in proposal order."""
+    decisions: list[Event]
+    """Its `step.allowed`, `step.denied` and `step.awaiting_approval` events, in log order."""
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimedDispatch:
     """A dispatch this replica has just claimed, with what delivering it needs."""
@@ -481,6 +496,11 @@ class Store(Protocol):
     ) -> Completion:
         """`Transaction.load_completion` as one committed read, without the execution lock.
         Raises `NotFound` for an unknown execution."""
+        ...
+
+    async def load_step_history(self, execution_id: str) -> StepHistory:
+        """The execution, its steps and its decision events, read together (one snapshot).
+        Raises `NotFound`."""
         ...
 
     async def get_agent(self, agent_id: str) -> Agent: ...

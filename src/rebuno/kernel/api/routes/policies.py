@@ -1,21 +1,36 @@
-"""`POST /v0/policies/{agent_id}` (§5.3, bearer): replace or remove an agent's bundle.
+"""`POST /v0/policies/{agent_id}` (§5.3, bearer): replace or remove an agent's bundle; and
+`POST /v0/policies/{agent_id}/test` (§35): what a bundle decides for cases or for the steps
+of recorded executions, without writing anything.
 
 Must not import a store backend or the dispatcher.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
-from rebuno.kernel.api.body import is_text, parse_object
+from rebuno.kernel.api.body import JsonObject, integer_field, is_text, parse_object, text_field
 from rebuno.kernel.api.routing import route
-from rebuno.kernel.api.schemas import no_content
+from rebuno.kernel.api.schemas import json_response, no_content
 from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.policy.suite import CaseResult, PolicyReport
 from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.service.policytests import (
+    REPLAYED_AT_MOST,
+    REPLAYED_BY_DEFAULT,
+    PolicyTest,
+    ReplayedExecutions,
+)
+from rebuno.protocol.times import parse_timestamp
+
+_SELECTOR_KEYS = frozenset({"session", "since", "limit"})
 
 
 class PolicyRoutes:
@@ -24,7 +39,10 @@ class PolicyRoutes:
         self._gate = gate
 
     def routes(self) -> list[BaseRoute]:
-        return [route("/v0/policies/{agent_id}", POST=self.set)]
+        return [
+            route("/v0/policies/{agent_id}", POST=self.set),
+            route("/v0/policies/{agent_id}/test", POST=self.test),
+        ]
 
     async def set(self, request: Request) -> Response:
         body = parse_object(await self._gate.client(request))
@@ -33,3 +51,77 @@ class PolicyRoutes:
             raise ValidationFailed('validation error: bundle must be a string ("" removes it)')
         await self._kernel.set_policy(params.agent_id(request.path_params["agent_id"]), str(bundle))
         return no_content()
+
+    async def test(self, request: Request) -> Response:
+        body = parse_object(await self._gate.client(request))
+        agent_id = params.agent_id(request.path_params["agent_id"])
+        report = await self._kernel.test_policy(agent_id, policy_test(body))
+        return json_response(render_report(report))
+
+
+def policy_test(body: JsonObject) -> PolicyTest:
+    """§35.1's request: `bundle`, `cases`, `execution_id`, `executions`, each optional."""
+    cases = body.get("cases")
+    if cases is not None and not isinstance(cases, list):
+        raise ValidationFailed("validation error: cases must be an array")
+    execution_id = text_field(body, "execution_id")
+    return PolicyTest(
+        bundle=text_field(body, "bundle"),
+        cases=cases or (),
+        execution_id=params.parse_uuid(execution_id, "execution_id") if execution_id else None,
+        executions=_selector(body.get("executions")),
+    )
+
+
+def _selector(value: object) -> ReplayedExecutions | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationFailed("validation error: executions must be an object")
+    for key in value:
+        if key not in _SELECTOR_KEYS:
+            known = ", ".join(sorted(_SELECTOR_KEYS))
+            raise ValidationFailed(f"validation error: executions.{key}: unknown field ({known})")
+    since = text_field(value, "since")
+    limit = integer_field(value, "limit") if value.get("limit") is not None else 0
+    try:
+        since_at = parse_timestamp(since) if since else None
+    except ValueError as exc:
+        raise ValidationFailed(f"validation error: executions.since: {exc}") from None
+    return ReplayedExecutions(
+        session=text_field(value, "session") or None,
+        since=since_at,
+        limit=REPLAYED_BY_DEFAULT if limit <= 0 else min(limit, REPLAYED_AT_MOST),
+    )
+
+
+def render_report(report: PolicyReport) -> dict[str, Any]:
+    return {
+        "results": [_render_result(result) for result in report.results],
+        "failed": report.failed,
+        "unexercised_rules": list(report.unexercised_rules),
+        "policy_hash": report.policy_hash,
+    }
+
+
+def _render_result(outcome: CaseResult) -> dict[str, Any]:
+    """The case as normalised (empty fields left out), then what was decided."""
+    case, result = outcome.case, outcome.result
+    body: dict[str, Any] = {}
+    if case.name:
+        body["name"] = case.name
+    body.update(agent_id=case.agent_id, kind=case.kind.value, target=case.target)
+    if case.args is not None:
+        body["args"] = orjson.Fragment(case.args)
+    if case.expect is not None:
+        body["expect"] = case.expect.value
+    for key in ("expect_rule", "execution_id", "step_id", "was_rule"):
+        if value := getattr(case, key):
+            body[key] = value
+    body.update(decision=result.action.value, rule_id=result.rule_id)
+    if result.reason:
+        body["reason"] = result.reason
+    body["pass"] = outcome.passed
+    if outcome.failure is not None:
+        body["failure"] = outcome.failure
+    return body

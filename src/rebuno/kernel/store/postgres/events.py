@@ -17,6 +17,10 @@ _LIST = """
     FROM events
     WHERE execution_id = %s AND event_seq > %s ORDER BY event_seq LIMIT %s
 """
+_DECISIONS = """
+    SELECT execution_id, event_seq, type, payload, occurred_at FROM events
+    WHERE execution_id = %s AND type = ANY(%s) ORDER BY event_seq
+"""
 _HAS_TYPE = "SELECT EXISTS (SELECT 1 FROM events WHERE execution_id = %s AND type = %s)"
 
 
@@ -42,3 +46,12 @@ async def has_type(conn: Executor, execution_id: str, event_type: str) -> bool:
     cur = await conn.execute(_HAS_TYPE, (execution_id, str(event_type)))
     row = await cur.fetchone()
     return bool(row and row[0])
+
+
+async def list_decisions(conn: Executor, execution_id: str, types: tuple[str, ...]) -> list[Event]:
+    """The execution's events of these types, whole, in log order."""
+    cur = await conn.execute(_DECISIONS, (execution_id, list(types)))
+    return [
+        Event(execution_id=r[0], event_seq=r[1], type=r[2], payload=r[3], occurred_at=r[4])
+        for r in await cur.fetchall()
+    ]

@@ -26,12 +26,14 @@ from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import (
+    DECISION_TYPES,
     LISTED_PAYLOAD_BYTES,
     ClaimedDispatch,
     Completion,
     ExecutionFilter,
     LineageRepairs,
     Page,
+    StepHistory,
     Unchanged,
 )
 from rebuno.kernel.store.postgres import (
@@ -328,6 +330,18 @@ class PostgresStore:
         self, execution_id: str, step_id: str, dispatch_id: str
     ) -> Completion:
         return await self._read(submissions.load_completion, execution_id, step_id, dispatch_id)
+
+    async def load_step_history(self, execution_id: str) -> StepHistory:
+        async with self._connection() as conn:
+            with translated(self._server):
+                # One snapshot for the three reads: a step and its decision agree.
+                async with conn.transaction():
+                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    return StepHistory(
+                        execution=await executions.get(conn, execution_id),
+                        steps=await steps.list_for(conn, execution_id, None),
+                        decisions=await events.list_decisions(conn, execution_id, DECISION_TYPES),
+                    )
 
     async def get_agent(self, agent_id: str) -> Agent:
         return await self._read(agents.get, agent_id)

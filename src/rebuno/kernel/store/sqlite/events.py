@@ -72,3 +72,16 @@ def has_type(conn: sqlite3.Connection, execution_id: str, event_type: str) -> bo
         (execution_id, event_type),
     ).fetchone()
     return row is not None
+
+
+def list_decisions(
+    conn: sqlite3.Connection, execution_id: str, types: tuple[str, ...]
+) -> list[Event]:
+    """The execution's events of these types, whole, in log order."""
+    marks = ", ".join("?" * len(types))
+    rows = conn.execute(
+        f"SELECT {COLUMNS} FROM events WHERE execution_id = ? AND type IN ({marks})"
+        " ORDER BY event_seq",
+        (execution_id, *types),
+    ).fetchall()
+    return [to_record(row) for row in rows]

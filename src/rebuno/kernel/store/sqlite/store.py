@@ -33,6 +33,7 @@ from typing import Concatenate, ParamSpec, TextIO, TypeVar
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
 from rebuno.kernel.store.base import (
+    DECISION_TYPES,
     LISTED_PAYLOAD_BYTES,
     ClaimedDispatch,
     Completion,
@@ -40,6 +41,7 @@ from rebuno.kernel.store.base import (
     LineageRepairs,
     Page,
     Stale,
+    StepHistory,
     Store,
     Unchanged,
 )
@@ -443,6 +445,9 @@ class SqliteStore:
     ) -> Completion:
         return self._read(load_completion, execution_id, step_id, dispatch_id)
 
+    async def load_step_history(self, execution_id: str) -> StepHistory:
+        return self._read(_load_step_history, execution_id)
+
     async def get_agent(self, agent_id: str) -> Agent:
         return self._read(agents.get, agent_id)
 
@@ -588,4 +593,14 @@ def _lineage_repairs(conn: sqlite3.Connection, limit: int) -> LineageRepairs:
         unsettled=executions.unsettled_children(conn, limit),
         orphans=executions.orphans(conn, limit),
         stalled=executions.stalled(conn, limit),
+    )
+
+
+def _load_step_history(conn: sqlite3.Connection, execution_id: str) -> StepHistory:
+    """Three reads, one snapshot: they run on the event loop thread with no await between
+    them, and every commit does too."""
+    return StepHistory(
+        execution=executions.get(conn, execution_id),
+        steps=steps.list_for(conn, execution_id, None),
+        decisions=events.list_decisions(conn, execution_id, DECISION_TYPES),
     )
