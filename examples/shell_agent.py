@@ -1,6 +1,7 @@
 """A shell agent gated by approval: read-only commands run, anything else waits for a human.
 
-The policy lives in examples/rebuno.yaml (agent `shell`).
+The policy lives in examples/shell.yaml (agent `shell` of examples/rebuno.yaml), its test cases
+in examples/shell.policytest.yaml.
 
     make dev                                  # terminal 1
     python examples/shell_agent.py            # terminal 2: this agent on port 5003

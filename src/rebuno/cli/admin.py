@@ -74,6 +74,18 @@ class AdminClient(Client):
     async def delete_agent(self, agent_id: str) -> None:
         await self._request("DELETE", f"/v0/agents/{quote(agent_id, safe='')}")
 
+    async def set_policy(self, agent_id: str, bundle: str) -> None:
+        """Replace the agent's bundle (`""` removes it)."""
+        path = f"/v0/policies/{quote(agent_id, safe='')}"
+        await self._request("POST", path, json={"bundle": bundle})
+
+    async def test_policy(self, agent_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        """The report of `POST /v0/policies/{agent_id}/test` (§35.1) for this request."""
+        path = f"/v0/policies/{quote(agent_id, safe='')}/test"
+        response = await self._request("POST", path, json=request)
+        report: dict[str, Any] = json.loads(response.body)
+        return report
+
     async def register_manifest(self, path: str) -> builtins.list[AgentInfo]:
         """Upsert every agent of a provisioning manifest (§18.4); each entry defines its agent
         completely, so an entry without a policy removes the stored bundle."""

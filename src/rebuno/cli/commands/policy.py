@@ -1,18 +1,23 @@
-"""`rebuno policy check|test`: validate a policy bundle and try it on a step, offline.
+"""`rebuno policy check|test|set`: validate a policy bundle, test it (its case file, one
+probed step, or a recorded execution replayed by a kernel) and load it onto an agent.
 
 Uses the kernel's own loader and engine (`rebuno.kernel.policy`), so what passes here is what
 the kernel accepts and decides; rate limits and token budgets are stateful and only listed.
-Imports nothing else of the kernel.
+Imports nothing else of the kernel; `--execution` and `set` talk to a kernel over HTTP.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import click
 
+from rebuno.cli.admin import AdminClient
 from rebuno.cli.aliases import Aliased
+from rebuno.cli.policytests import default_cases, print_report, run_case_file
+from rebuno.cli.remote import DEFAULT_URL, Remote, remote_command
 from rebuno.cli.render import Output
 from rebuno.kernel.domain.errors import KernelError
 from rebuno.kernel.policy import Bundle, PolicyResult, load_bundle
@@ -25,7 +30,7 @@ BUNDLE = click.argument("bundle_file", metavar="FILE", type=click.Path(dir_okay=
 
 @click.group("policy", cls=Aliased)
 def policy() -> None:
-    """Validate policy bundles and see what they decide, without a kernel."""
+    """Validate and test policy bundles (offline), and load them onto agents."""
 
 
 @policy.command("check")
@@ -41,41 +46,163 @@ def check(bundle_file: str) -> None:
 @policy.command("test")
 @BUNDLE
 @click.option(
-    "--kind",
-    default=StepKind.TOOL_CALL.value,
-    show_default=True,
-    type=click.Choice([kind.value for kind in StepKind]),
+    "--cases",
+    "cases_file",
+    default=None,
+    metavar="FILE",
+    help=("The case file (default: FILE with its extension replaced by .policytest.yaml)."),
 )
-@click.option("--target", default="", help="The tool name or model id.")
-@click.option("--args", "args_text", default="null", metavar="JSON", help="The step's arguments.")
-@click.option("--agent-id", default="", help="The agent, for rules with an `agent` condition.")
+@click.option("--agent-id", default="", help="The agent of cases that name none.")
+@click.option("--target", default=None, help="Probe one step with this tool name or model id.")
+@click.option("--args", "args_text", default=None, metavar="JSON", help="The probed step's args.")
+@click.option(
+    "--kind",
+    default=None,
+    type=click.Choice([kind.value for kind in StepKind]),
+    help="The probed step's kind (default: tool_call).",
+)
+@click.option(
+    "--execution",
+    default=None,
+    metavar="ID",
+    help=("Replay this recorded execution through FILE on the kernel (needs --agent-id)."),
+)
+@click.option(
+    "--url",
+    envvar="REBUNO_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    help=("The kernel's URL, for --execution (env REBUNO_URL)."),
+)
+@click.option(
+    "--api-key",
+    envvar="REBUNO_API_KEY",
+    default="",
+    help=("Bearer token of a server-mode kernel, for --execution (env REBUNO_API_KEY)."),
+)
 @click.option("--json", "json_output", is_flag=True, help="Print JSON instead of text.")
 def test(
-    bundle_file: str, kind: str, target: str, args_text: str, agent_id: str, json_output: bool
+    bundle_file: str,
+    cases_file: str | None,
+    agent_id: str,
+    target: str | None,
+    args_text: str | None,
+    kind: str | None,
+    execution: str | None,
+    url: str,
+    api_key: str,
+    json_output: bool,
 ) -> None:
-    """Print the decision FILE gives a new step: decision, rule id and reason."""
-    bundle = _load(bundle_file)
+    """Run FILE's test cases (offline), probe one step (--target), or replay a recorded
+    execution through FILE (--execution). Exits 1 when a case misses its expectation."""
+    args = _probe_args(args_text)
+    _check_flags(target, args_text, kind, execution, cases_file, agent_id)
+    text, bundle = _read(bundle_file)
+    out = Output.to(json=json_output)
+    if target is not None:
+        _probe(out, bundle, agent_id, StepKind(kind or StepKind.TOOL_CALL), target, args)
+    elif execution is not None:
+        request = {"bundle": text, "execution_id": execution}
+        remote = Remote(url, api_key, json_output)
+        remote.run(lambda client, out: _replay(client, out, agent_id, request))
+    else:
+        cases = Path(cases_file) if cases_file else default_cases(bundle_file)
+        report = run_case_file(bundle, text, cases, agent_id, given=cases_file is not None)
+        print_report(out, report)
+
+
+@policy.command("set")
+@click.argument("agent_id", metavar="AGENT_ID")
+@BUNDLE
+@remote_command
+def set_bundle(remote: Remote, agent_id: str, bundle_file: str) -> None:
+    """Load FILE onto AGENT_ID, after checking it here: a bundle that does not compile is
+    never sent."""
+    text, _ = _read(bundle_file)
+    size = len(text.encode("utf-8"))
+
+    async def send(client: AdminClient, out: Output) -> None:
+        await client.set_policy(agent_id, text)
+        if out.json:
+            out.json_value({"agent_id": agent_id, "bytes": size})
+        else:
+            out.line(f"  loaded {size} bytes onto {agent_id}")
+
+    remote.run(send)
+
+
+def _probe_args(args_text: str | None) -> str | None:
+    if args_text is None:
+        return None
     try:
-        args = canonical_args(args_text)
+        return canonical_args(args_text)
     except ValueError as exc:
         raise click.UsageError(f"--args is not valid JSON: {exc}") from None
-    result = bundle.evaluate(agent_id, StepKind(kind), target, args)
-    out = Output.to(json=json_output)
+
+
+def _check_flags(
+    target: str | None,
+    args_text: str | None,
+    kind: str | None,
+    execution: str | None,
+    cases_file: str | None,
+    agent_id: str,
+) -> None:
+    """§35.5's combinations; each wrong one is a usage error (exit 2)."""
+    if target is None and (args_text is not None or kind is not None):
+        raise click.UsageError("--args and --kind describe the step --target probes")
+    if execution is None:
+        if target is not None and cases_file is not None:
+            raise click.UsageError("--target probes one step; it cannot run --cases")
+        return
+    if target is not None or cases_file is not None:
+        raise click.UsageError("--execution cannot be combined with --target or --cases")
+    if not agent_id:
+        raise click.UsageError("--execution needs --agent-id, the agent that ran it")
+    if not _is_uuid(execution):
+        raise click.UsageError("--execution needs an execution's full id (a UUID)")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return len(text) == 36
+
+
+async def _replay(client: AdminClient, out: Output, agent_id: str, request: dict[str, Any]) -> None:
+    print_report(out, await client.test_policy(agent_id, request))
+
+
+def _probe(
+    out: Output, bundle: Bundle, agent_id: str, kind: StepKind, target: str, args: str | None
+) -> None:
+    result = bundle.evaluate(agent_id, kind, target, args)
     if out.json:
         out.json_value(_as_json(result))
     else:
         _describe(out, result)
 
 
-def _load(path: str) -> Bundle:
+def _read(path: str) -> tuple[str, Bundle]:
+    """The bundle's text and its compiled rules (§35.5: always compiled here first)."""
+    text = _text(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {path}: {_reason(exc)}") from None
-    try:
-        return load_bundle(text)
+        return text, load_bundle(text)
     except KernelError as exc:
         raise click.ClickException(f"{path}: {exc.message}") from None
+
+
+def _load(path: str) -> Bundle:
+    return _read(path)[1]
+
+
+def _text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {path}: {_reason(exc)}") from None
 
 
 def _reason(exc: OSError | UnicodeDecodeError) -> str:

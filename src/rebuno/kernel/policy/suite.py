@@ -14,7 +14,7 @@ Must not import the store, the services or the API (yaml only through the loader
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -127,6 +127,41 @@ def _run(bundle: Bundle, case: PolicyCase) -> CaseResult:
     if case.expect_rule and result.rule_id != case.expect_rule:
         return CaseResult(case, result, f"rule {result.rule_id}, want {case.expect_rule}")
     return CaseResult(case, result)
+
+
+def report_fields(report: PolicyReport, raw: Callable[[RawJson], object]) -> dict[str, Any]:
+    """The report as §35.1 renders it; `raw` turns a case's args (JSON text) into a value."""
+    return {
+        "results": [_result_fields(result, raw) for result in report.results],
+        "failed": report.failed,
+        "unexercised_rules": list(report.unexercised_rules),
+        "policy_hash": report.policy_hash,
+    }
+
+
+def _result_fields(outcome: CaseResult, raw: Callable[[RawJson], object]) -> dict[str, Any]:
+    """The case as normalised (empty fields left out), then what was decided."""
+    case, result = outcome.case, outcome.result
+    fields: dict[str, Any] = {"name": case.name} if case.name else {}
+    fields.update(agent_id=case.agent_id, kind=case.kind.value, target=case.target)
+    if case.args is not None:
+        fields["args"] = raw(case.args)
+    if case.expect is not None:
+        fields["expect"] = case.expect.value
+    optional = {
+        "expect_rule": case.expect_rule,
+        "execution_id": case.execution_id,
+        "step_id": case.step_id,
+        "was_rule": case.was_rule,
+    }
+    fields.update((key, value) for key, value in optional.items() if value)
+    fields.update(decision=result.action.value, rule_id=result.rule_id)
+    if result.reason:
+        fields["reason"] = result.reason
+    fields["pass"] = outcome.passed
+    if outcome.failure is not None:
+        fields["failure"] = outcome.failure
+    return fields
 
 
 # -- cases from what an execution recorded ---------------------------------------------------

@@ -7,8 +7,6 @@ Must not import a store backend or the dispatcher.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,7 +18,7 @@ from rebuno.kernel.api.body import JsonObject, integer_field, is_text, parse_obj
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, no_content
 from rebuno.kernel.domain.errors import ValidationFailed
-from rebuno.kernel.policy.suite import CaseResult, PolicyReport
+from rebuno.kernel.policy.suite import report_fields
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.service.policytests import (
     REPLAYED_AT_MOST,
@@ -56,7 +54,7 @@ class PolicyRoutes:
         body = parse_object(await self._gate.client(request))
         agent_id = params.agent_id(request.path_params["agent_id"])
         report = await self._kernel.test_policy(agent_id, policy_test(body))
-        return json_response(render_report(report))
+        return json_response(report_fields(report, orjson.Fragment))
 
 
 def policy_test(body: JsonObject) -> PolicyTest:
@@ -93,35 +91,3 @@ def _selector(value: object) -> ReplayedExecutions | None:
         since=since_at,
         limit=REPLAYED_BY_DEFAULT if limit <= 0 else min(limit, REPLAYED_AT_MOST),
     )
-
-
-def render_report(report: PolicyReport) -> dict[str, Any]:
-    return {
-        "results": [_render_result(result) for result in report.results],
-        "failed": report.failed,
-        "unexercised_rules": list(report.unexercised_rules),
-        "policy_hash": report.policy_hash,
-    }
-
-
-def _render_result(outcome: CaseResult) -> dict[str, Any]:
-    """The case as normalised (empty fields left out), then what was decided."""
-    case, result = outcome.case, outcome.result
-    body: dict[str, Any] = {}
-    if case.name:
-        body["name"] = case.name
-    body.update(agent_id=case.agent_id, kind=case.kind.value, target=case.target)
-    if case.args is not None:
-        body["args"] = orjson.Fragment(case.args)
-    if case.expect is not None:
-        body["expect"] = case.expect.value
-    for key in ("expect_rule", "execution_id", "step_id", "was_rule"):
-        if value := getattr(case, key):
-            body[key] = value
-    body.update(decision=result.action.value, rule_id=result.rule_id)
-    if result.reason:
-        body["reason"] = result.reason
-    body["pass"] = outcome.passed
-    if outcome.failure is not None:
-        body["failure"] = outcome.failure
-    return body
