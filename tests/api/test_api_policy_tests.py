@@ -13,6 +13,7 @@ import pytest
 
 from rebuno.kernel.domain.decision import StepRequest
 from rebuno.kernel.domain.records import Execution, Lease
+from rebuno.kernel.policy.suite import policy_hash
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.canonical import args_hash, canonical_args
 from rebuno.protocol.enums import Decision, Idempotency, StepKind
@@ -405,3 +406,28 @@ async def run_steps_on(
     for request in steps:
         decided = await kernel.submit_step(execution.id, AGENT, lease, request)
         assert decided.decision is Decision.PROCEED, decided
+
+
+async def test_a_fork_s_own_bundle_hashes_its_decisions_and_copies_keep_the_source_s(
+    client: httpx.AsyncClient, kernel: Kernel, execution: Execution
+) -> None:
+    await kernel.set_policy(AGENT, ALLOW_ALL)
+    await run_steps(kernel, execution, step("x", {"n": 1}))
+    events = (await client.get(f"/v0/executions/{execution.id}/events")).json()
+    at_seq = next(e["event_seq"] for e in events if e["type"] == "step.succeeded")
+    strict = "default_action: deny\n"
+
+    forked = await client.post(
+        f"/v0/executions/{execution.id}/fork", json={"at_seq": at_seq, "policy_bundle": strict}
+    )
+    assert forked.status_code == 201, forked.text
+    fork = await kernel.get_execution(forked.json()["id"])
+    await run_steps(kernel, fork, step("y", {"n": 2}))
+
+    log = (await client.get(f"/v0/executions/{fork.id}/events")).json()
+    hashes = [
+        (e["payload"]["target"], e["payload"].get("policy_hash"))
+        for e in log
+        if e["type"] in ("step.allowed", "step.denied")
+    ]
+    assert hashes == [("x", ALLOW_ALL_HASH), ("y", policy_hash(strict))]
