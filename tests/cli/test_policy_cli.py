@@ -377,8 +377,19 @@ _CONSOLE_BLOCK = re.compile(r"```console\n(.*?)```", re.S)
 _FILE_NAME = re.compile(r"# (\S+\.yaml)\n")
 
 
-def doc_bundles() -> list[str]:
+def doc_files() -> list[str]:
+    """Every YAML block of the guide: bundles, and the case files named after them."""
     return _YAML_BLOCK.findall(DOC.read_text(encoding="utf-8"))
+
+
+def doc_bundles() -> list[str]:
+    """The guide's bundles: its YAML blocks but the case files."""
+    return [text for text in doc_files() if not _is_case_file(text)]
+
+
+def _is_case_file(text: str) -> bool:
+    named = _FILE_NAME.match(text)
+    return named is not None and named.group(1).endswith(".policytest.yaml")
 
 
 def doc_sessions() -> list[tuple[str, str]]:
@@ -414,7 +425,7 @@ def test_every_command_in_the_policy_guide_prints_what_it_shows(
     command: str,
     output: str,
 ) -> None:
-    for bundle in doc_bundles():
+    for bundle in doc_files():
         named = _FILE_NAME.match(bundle)
         if named:
             (tmp_path / named.group(1)).write_text(bundle)
