@@ -18,6 +18,7 @@ from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.canonical import args_hash, canonical_args
 from rebuno.protocol.enums import Decision, Idempotency, StepKind
 from tests.api.harness import AGENT, SECRET, assert_error, claim
+from tests.rawsql import RawSql
 
 ROUTE = f"/v0/policies/{AGENT}/test"
 UNKNOWN = "01937a6e-2f1c-7b3d-9e4f-5a6b7c8d9e0f"
@@ -431,3 +432,36 @@ async def test_a_fork_s_own_bundle_hashes_its_decisions_and_copies_keep_the_sour
         if e["type"] in ("step.allowed", "step.denied")
     ]
     assert hashes == [("x", ALLOW_ALL_HASH), ("y", policy_hash(strict))]
+
+
+async def test_a_rate_limit_refusal_carries_the_hash_of_its_bundle(
+    client: httpx.AsyncClient, kernel: Kernel, execution: Execution
+) -> None:
+    limited = (
+        "rules:\n  - id: once\n    when: {target: web_search}\n"
+        "    then: {decision: allow, rate_limit: {max_calls: 1, window: 1h}}\n"
+    )
+    await kernel.set_policy(AGENT, limited)
+    lease = await run_steps(kernel, execution, step("web_search", {"query": "q"}))
+    refused = await kernel.submit_step(execution.id, AGENT, lease, step("web_search", {"q": 2}))
+    assert refused.decision is Decision.RATE_LIMITED
+
+    log = (await client.get(f"/v0/executions/{execution.id}/events")).json()
+
+    [payload] = [e["payload"] for e in log if e["type"] == "step.rate_limited"]
+    assert (payload["rule_id"], payload["policy_hash"]) == ("once", policy_hash(limited))
+
+
+async def test_a_stored_bundle_that_no_longer_compiles_denies_with_its_hash(
+    client: httpx.AsyncClient, kernel: Kernel, execution: Execution, raw_sql: RawSql
+) -> None:
+    broken = "rules: 5\n"
+    await raw_sql("UPDATE agents SET policy_bundle = %s WHERE id = %s", broken, AGENT)
+    lease = await claim(kernel, execution.id)
+
+    denied = await kernel.submit_step(execution.id, AGENT, lease, step("x", {}))
+
+    assert (denied.decision, denied.rule_id) == (Decision.DENIED, "bundle-error")
+    log = (await client.get(f"/v0/executions/{execution.id}/events")).json()
+    [payload] = [e["payload"] for e in log if e["type"] == "step.denied"]
+    assert payload["policy_hash"] == policy_hash(broken)

@@ -50,7 +50,7 @@ def check(bundle_file: str) -> None:
     "cases_file",
     default=None,
     metavar="FILE",
-    help=("The case file (default: FILE with its extension replaced by .policytest.yaml)."),
+    help="The case file (default: FILE with its extension replaced by .policytest.yaml).",
 )
 @click.option("--agent-id", default="", help="The agent of cases that name none.")
 @click.option("--target", default=None, help="Probe one step with this tool name or model id.")
@@ -65,20 +65,20 @@ def check(bundle_file: str) -> None:
     "--execution",
     default=None,
     metavar="ID",
-    help=("Replay this recorded execution through FILE on the kernel (needs --agent-id)."),
+    help="Replay this recorded execution through FILE on the kernel (needs --agent-id).",
 )
 @click.option(
     "--url",
     envvar="REBUNO_URL",
     default=DEFAULT_URL,
     show_default=True,
-    help=("The kernel's URL, for --execution (env REBUNO_URL)."),
+    help="The kernel's URL, for --execution (env REBUNO_URL).",
 )
 @click.option(
     "--api-key",
     envvar="REBUNO_API_KEY",
     default="",
-    help=("Bearer token of a server-mode kernel, for --execution (env REBUNO_API_KEY)."),
+    help="Bearer token of a server-mode kernel, for --execution (env REBUNO_API_KEY).",
 )
 @click.option("--json", "json_output", is_flag=True, help="Print JSON instead of text.")
 def test(
