@@ -6,6 +6,7 @@ Both stores."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -14,11 +15,14 @@ import pytest
 from rebuno.kernel.domain.decision import StepRequest
 from rebuno.kernel.domain.records import Execution, Lease
 from rebuno.kernel.policy.suite import policy_hash
+from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.canonical import args_hash, canonical_args
 from rebuno.protocol.enums import Decision, Idempotency, StepKind
+from rebuno.protocol.times import format_timestamp
 from tests.api.harness import AGENT, SECRET, assert_error, claim
 from tests.rawsql import RawSql
+from tests.support import ManualClock
 
 ROUTE = f"/v0/policies/{AGENT}/test"
 UNKNOWN = "01937a6e-2f1c-7b3d-9e4f-5a6b7c8d9e0f"
@@ -352,6 +356,26 @@ async def test_executions_are_replayed_newest_first_within_the_limit(
 
     replayed = [(r["execution_id"], r["target"]) for r in report["results"]]
     assert replayed == [(made[2], "third"), (made[1], "second")]
+
+
+async def test_executions_of_one_session_and_since_a_time_are_replayed(
+    client: httpx.AsyncClient, kernel: Kernel, clock: ManualClock
+) -> None:
+    await kernel.set_policy(AGENT, ALLOW_ALL)
+    made: dict[str, str] = {}
+    for target, session in (("old", "s1"), ("other", "s2"), ("new", "s1")):
+        execution = await kernel.create_execution(AGENT, "{}", None, Origin(session=session))
+        lease = await run_steps(kernel, execution, step(target, {}))
+        await kernel.complete_execution(execution.id, AGENT, lease, "null")
+        made[target] = execution.id
+        clock.advance(timedelta(minutes=1))
+    since = format_timestamp(clock.now() - timedelta(minutes=1, seconds=30))
+
+    in_session = await report_of(client, {"bundle": STRICT, "executions": {"session": "s1"}})
+    recent = await report_of(client, {"bundle": STRICT, "executions": {"since": since}})
+
+    assert [r["target"] for r in in_session["results"]] == ["new", "old"]
+    assert [r["target"] for r in recent["results"]] == ["new"]
 
 
 # -- §35.6 / P4: policy_hash on decision events ------------------------------------------------
