@@ -56,6 +56,9 @@ class PolicyResult:
     approval: ApprovalConfig | None = None
     rate_limit: RateLimit | None = None
     budget: Budget | None = None
+    policy_hash: str | None = None
+    """The hash of the bundle text that gave this verdict (§35.6), set by the caller that
+    evaluated it with that text; None for a verdict no bundle gave."""
 
 
 PERMISSIVE = PolicyResult(PolicyAction.ALLOW, "no policy bundle", "permissive")

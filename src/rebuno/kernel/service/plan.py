@@ -95,8 +95,6 @@ class Submitted:
     verdict: PolicyResult | None = None
     """The policy's verdict on a new step; None for a recorded one (never consulted, R*)."""
     facts: Facts = NO_FACTS
-    policy_hash: str | None = None
-    """§35.6: the hash of the bundle the verdict came from; None when no bundle was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,27 +243,21 @@ def _decide_new(
         verdict = PolicyResult(
             PolicyAction.DENY, steps.INDETERMINATE_RETRY_REASON, steps.INDETERMINATE_RETRY_RULE
         )
-        return _denied(execution, step, verdict, batch, None)  # the kernel's, not a bundle's
-    hashed = submitted.policy_hash
+        return _denied(execution, step, verdict, batch)
     if facts.rate_wait is not None:
-        return _rate_limited(execution, step, verdict, facts, batch, hashed)
+        return _rate_limited(execution, step, verdict, facts, batch)
     verdict = _within_budget(verdict, facts)
     match verdict.action:
         case PolicyAction.ALLOW:
-            return _allowed(execution, step, verdict, batch, hashed)
+            return _allowed(execution, step, verdict, batch)
         case PolicyAction.DENY:
-            return _denied(execution, step, verdict, batch, hashed)
+            return _denied(execution, step, verdict, batch)
         case PolicyAction.REQUIRE_APPROVAL:
-            return _held(execution, step, verdict, batch, rules, hashed)
+            return _held(execution, step, verdict, batch, rules)
 
 
 def _rate_limited(
-    execution: Execution,
-    step: Step,
-    verdict: PolicyResult,
-    facts: Facts,
-    batch: EventBatch,
-    policy_hash: str | None,
+    execution: Execution, step: Step, verdict: PolicyResult, facts: Facts, batch: EventBatch
 ) -> Plan:
     """§14.7: refused, or parked once when the wait is within the rule's `max_wait`."""
     limit = verdict.rate_limit
@@ -278,7 +270,7 @@ def _rate_limited(
         step,
         rule_id=verdict.rule_id,
         error=error,
-        policy_hash=policy_hash,
+        policy_hash=verdict.policy_hash,
     )
     if not may_park(verdict, wait) or facts.rate_limited_before:
         answer = StepDecision(
@@ -312,31 +304,25 @@ def _within_budget(verdict: PolicyResult, facts: Facts) -> PolicyResult:
     if budget is None or not has_budget(verdict) or facts.spent_tokens < budget.max_tokens:
         return verdict
     return PolicyResult(
-        budget.on_exceed, BUDGET_EXCEEDED, verdict.rule_id, approval=verdict.approval
+        budget.on_exceed,
+        BUDGET_EXCEEDED,
+        verdict.rule_id,
+        approval=verdict.approval,
+        policy_hash=verdict.policy_hash,
     )
 
 
-def _allowed(
-    execution: Execution,
-    step: Step,
-    verdict: PolicyResult,
-    batch: EventBatch,
-    policy_hash: str | None,
-) -> Plan:
+def _allowed(execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch) -> Plan:
     batch.step(EventType.STEP_PROPOSED, step)
-    batch.step(EventType.STEP_ALLOWED, step, rule_id=verdict.rule_id, policy_hash=policy_hash)
+    batch.step(
+        EventType.STEP_ALLOWED, step, rule_id=verdict.rule_id, policy_hash=verdict.policy_hash
+    )
     executing = steps.start(step, batch.now)
     batch.step(EventType.STEP_EXECUTING, executing)
     return Plan(StepDecision(Decision.PROCEED, step.step_id), execution, insert_step=executing)
 
 
-def _denied(
-    execution: Execution,
-    step: Step,
-    verdict: PolicyResult,
-    batch: EventBatch,
-    policy_hash: str | None,
-) -> Plan:
+def _denied(execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch) -> Plan:
     reason = verdict.reason or "policy_denied"
     denied = steps.finish(
         step, StepStatus.DENIED, batch.now, error=steps.reason_error(reason, verdict.rule_id)
@@ -347,7 +333,7 @@ def _denied(
         denied,
         rule_id=verdict.rule_id,
         error=denied.error,
-        policy_hash=policy_hash,
+        policy_hash=verdict.policy_hash,
     )
     answer = StepDecision(
         Decision.DENIED, step.step_id, reason=reason, rule_id=verdict.rule_id or None
@@ -356,18 +342,16 @@ def _denied(
 
 
 def _held(
-    execution: Execution,
-    step: Step,
-    verdict: PolicyResult,
-    batch: EventBatch,
-    rules: Rules,
-    policy_hash: str | None,
+    execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch, rules: Rules
 ) -> Plan:
     """N3: the execution blocks and its dispatches retire until a person decides."""
     waiting = replace(step, status=StepStatus.AWAITING_APPROVAL)
     batch.step(EventType.STEP_PROPOSED, step)
     batch.step(
-        EventType.STEP_AWAITING_APPROVAL, waiting, rule_id=verdict.rule_id, policy_hash=policy_hash
+        EventType.STEP_AWAITING_APPROVAL,
+        waiting,
+        rule_id=verdict.rule_id,
+        policy_hash=verdict.policy_hash,
     )
     approval = _approval(waiting, verdict, batch, rules)
     batch.approval(EventType.APPROVAL_REQUESTED, approval.id, step.step_id, approval.status)

@@ -121,8 +121,7 @@ class StepUseCases(ServiceBase):
                 policy_free = not bundle
                 verdict = self._evaluate_policy(execution, bundle, request)
                 facts = await _facts(tx, execution, key, request, verdict, now)
-                hashed = policy_hash(bundle) if bundle else None
-                submitted = replace(submitted, verdict=verdict, facts=facts, policy_hash=hashed)
+                submitted = replace(submitted, verdict=verdict, facts=facts)
             plan = decide(submitted, batch, self.rules)
             await self._apply(tx, plan, batch, lease, key, slot)
             woke = any(e.type == EventType.DISPATCH_QUEUED for e in batch.events)
@@ -197,17 +196,20 @@ class StepUseCases(ServiceBase):
     def _evaluate_policy(
         self, execution: Execution, policy_bundle: str | None, request: StepRequest
     ) -> PolicyResult:
-        """Fail closed: a stored bundle that no longer compiles denies rather than allows."""
+        """Fail closed: a stored bundle that no longer compiles denies rather than allows.
+        A bundle's verdict names the bundle by its hash (§35.6)."""
         if not policy_bundle:
             return PERMISSIVE
+        hashed = policy_hash(policy_bundle)
         try:
             bundle = self.bundles.get(policy_bundle)
         except ValidationFailed:
             log.exception("stored policy bundle of agent %s no longer compiles", execution.agent_id)
-            return bundle_error("policy_bundle_invalid")
-        return metrics.evaluate_policy(
+            return replace(bundle_error("policy_bundle_invalid"), policy_hash=hashed)
+        verdict = metrics.evaluate_policy(
             bundle, execution.agent_id, request.kind, request.target, request.args
         )
+        return replace(verdict, policy_hash=hashed)
 
     async def complete_step(
         self, execution_id: str, agent_id: str, step_id: str, lease: Lease, result: RawJson
