@@ -15,6 +15,7 @@ from starlette.types import ASGIApp
 from rebuno.kernel.api.auth import Authenticator, Gate
 from rebuno.kernel.api.errors import http_exception_handler
 from rebuno.kernel.api.routes.agents import AgentRoutes
+from rebuno.kernel.api.routes.api_keys import ApiKeyRoutes
 from rebuno.kernel.api.routes.approvals import ApprovalRoutes
 from rebuno.kernel.api.routes.executions import ExecutionRoutes
 from rebuno.kernel.api.routes.operational import OperationalRoutes
@@ -27,7 +28,10 @@ from rebuno.kernel.service.kernel import Kernel
 
 
 def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
-    gate = Gate(settings, Authenticator(settings, kernel.agent_secret, kernel.clock))
+    authenticator = Authenticator(
+        settings, kernel.agent_secret, kernel.clock, kernel.verify_api_key
+    )
+    gate = Gate(settings, authenticator)
     routes: list[BaseRoute] = [
         *ExecutionRoutes(kernel, gate).routes(),
         *StepRoutes(kernel, gate).routes(),
@@ -35,6 +39,7 @@ def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
         *AgentRoutes(kernel, gate).routes(),
         *PolicyRoutes(kernel, gate).routes(),
         *ApprovalRoutes(kernel, gate).routes(),
+        *ApiKeyRoutes(kernel, gate).routes(),
         *OperationalRoutes(kernel, gate).routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_exception_handler})

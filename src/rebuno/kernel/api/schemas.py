@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.decision import StepDecision
 from rebuno.kernel.domain.execution import spawned_by
 from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
@@ -158,6 +159,20 @@ def render_agent(agent: Agent) -> dict[str, Any]:
     body["registered_at"] = format_timestamp(agent.registered_at)
     if agent.lease_timeout_seconds is not None:
         body["lease_timeout_seconds"] = _number(agent.lease_timeout_seconds)
+    return body
+
+
+def render_api_key(key: ApiKey) -> dict[str, Any]:
+    """A key without its hash (§34.3); a token is added only where one was just made."""
+    body: dict[str, Any] = {
+        "id": key.id,
+        "name": key.name,
+        "scopes": [scope.value for scope in key.scopes],
+        "created_at": format_timestamp(key.created_at),
+    }
+    if key.revoked_at is not None:
+        body["revoked_at"] = format_timestamp(key.revoked_at)
+    _set(body, "created_by", key.created_by)
     return body
 
 

@@ -26,6 +26,7 @@ from rebuno.kernel.service.policytests import (
     PolicyTest,
     ReplayedExecutions,
 )
+from rebuno.protocol.enums import Scope
 from rebuno.protocol.times import parse_timestamp
 
 _SELECTOR_KEYS = frozenset({"session", "since", "limit"})
@@ -38,8 +39,13 @@ class PolicyRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            route("/v0/policies/{agent_id}", POST=self.set),
-            route("/v0/policies/{agent_id}/test", POST=self.test),
+            route(
+                "/v0/policies/{agent_id}", POST=self._gate.scoped(self.set, Scope.POLICIES_WRITE)
+            ),
+            route(
+                "/v0/policies/{agent_id}/test",
+                POST=self._gate.scoped(self.test, Scope.POLICIES_WRITE, Scope.EXECUTIONS_READ),
+            ),
         ]
 
     async def set(self, request: Request) -> Response:

@@ -195,11 +195,26 @@ _EXECUTION_ORIGIN = (
     "ALTER TABLE approvals ADD COLUMN asserted_by TEXT",
 )
 
+_API_KEYS = (
+    # Scoped API keys (§34): the SHA-256 of each whole token, never the token; keys are never
+    # deleted, and their scopes (a JSON array) never change.
+    """CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        secret_hash BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER,
+        created_by TEXT
+    )""",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _TABLES + _INDEXES + _TRIGGERS,
     _AGENT_INSTANCES,
     _SEEN_REQUESTS,
     _EXECUTION_ORIGIN,
+    _API_KEYS,
 )
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
 
