@@ -49,6 +49,7 @@ EXPECTED: dict[tuple[str, str], tuple[Credential, tuple[Scope, ...]]] = {
     ("PUT", "/v0/agents/{agent_id}/metadata"): (AGENT, ()),
     ("POST", "/v0/agents/{agent_id}/instances"): (AGENT, ()),
     ("POST", "/v0/policies/{agent_id}"): (BEARER, (Scope.POLICIES_WRITE,)),
+    ("POST", "/v0/policies/{agent_id}/test"): (BEARER, (Scope.POLICIES_WRITE, R)),
     ("GET", "/v0/approvals"): (BEARER, (Scope.APPROVALS_READ,)),
     ("GET", "/v0/approvals/{approval_id}"): (BEARER, (Scope.APPROVALS_READ,)),
     ("POST", "/v0/approvals/{approval_id}/grant"): (BEARER, (Scope.APPROVALS_WRITE,)),

@@ -271,6 +271,18 @@ async def test_the_bootstrap_token_names_the_person(
     assert (approval["decided_by"], approval["asserted_by"]) == ("alice", "bootstrap")
 
 
+async def test_testing_a_policy_needs_both_its_scopes(
+    client: httpx.AsyncClient, anon: httpx.AsyncClient
+) -> None:
+    _, writer = await issue_key(client, "writer", "policies:write")
+    _, tester = await issue_key(client, "tester", "policies:write", "executions:read")
+
+    refused = await anon.post(f"/v0/policies/{AGENT}/test", headers=bearer(writer))
+    admitted = await anon.post(f"/v0/policies/{AGENT}/test", headers=bearer(tester))
+    assert_error(refused, 403, "forbidden")
+    assert_error(admitted, 400, "validation_error")
+
+
 async def test_a_policy_bundle_needs_policies_write_too(
     client: httpx.AsyncClient, anon: httpx.AsyncClient, execution: Execution
 ) -> None:
