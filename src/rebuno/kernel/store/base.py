@@ -27,6 +27,7 @@ from typing import Generic, Protocol, TypeVar
 
 from rebuno.kernel.domain.records import (
     Agent,
+    AgentMetadata,
     Approval,
     Dispatch,
     Event,
@@ -423,6 +424,13 @@ class Transaction(Protocol):
         """Raises `NotFound`."""
         ...
 
+    async def update_agent_metadata(
+        self, agent_id: str, metadata: AgentMetadata, now: datetime
+    ) -> None:
+        """Replaces the agent's metadata whole and sets `metadata_updated_at` to `now`, in
+        one statement (§36.1). Raises `NotFound`."""
+        ...
+
 
 class StepIdFn(Protocol):
     def __call__(self, occurrence: int) -> str: ...
@@ -503,7 +511,10 @@ class Store(Protocol):
         Raises `NotFound`."""
         ...
 
-    async def get_agent(self, agent_id: str) -> Agent: ...
+    async def get_agent(self, agent_id: str, *, metadata: bool = True) -> Agent:
+        """Raises `NotFound`. Without `metadata`, the record's metadata is left unread
+        (`NO_METADATA`): the secret lookup behind every signed request needs none of it."""
+        ...
 
     async def list_agents(self) -> list[Agent]: ...
 

@@ -26,6 +26,7 @@ from psycopg.rows import TupleRow
 
 from rebuno.kernel.domain.records import (
     Agent,
+    AgentMetadata,
     Approval,
     Dispatch,
     Event,
@@ -380,6 +381,11 @@ class PostgresTransaction:
 
     async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
         await self._run(agents.set_policy_bundle, agent_id, bundle)
+
+    async def update_agent_metadata(
+        self, agent_id: str, metadata: AgentMetadata, now: datetime
+    ) -> None:
+        await self._run(agents.update_metadata, agent_id, metadata, now)
 
 
 class _Session:

@@ -195,11 +195,20 @@ _EXECUTION_ORIGIN = (
     "ALTER TABLE approvals ADD COLUMN asserted_by TEXT",
 )
 
+# What an agent publishes about itself (§36): kept across re-registrations, gone with the row.
+_AGENT_METADATA = (
+    "ALTER TABLE agents ADD COLUMN description TEXT",
+    "ALTER TABLE agents ADD COLUMN input_schema TEXT",
+    "ALTER TABLE agents ADD COLUMN output_schema TEXT",
+    "ALTER TABLE agents ADD COLUMN metadata_updated_at INTEGER",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _TABLES + _INDEXES + _TRIGGERS,
     _AGENT_INSTANCES,
     _SEEN_REQUESTS,
     _EXECUTION_ORIGIN,
+    _AGENT_METADATA,
 )
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
 

@@ -17,6 +17,7 @@ from rebuno.kernel.domain import identity
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import (
     Agent,
+    AgentMetadata,
     Approval,
     Dispatch,
     Event,
@@ -236,6 +237,11 @@ class SqliteTransaction:
 
     async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
         self._run(agents.set_policy_bundle, agent_id, bundle)
+
+    async def update_agent_metadata(
+        self, agent_id: str, metadata: AgentMetadata, now: datetime
+    ) -> None:
+        self._run(agents.update_metadata, agent_id, metadata, now)
 
 
 def _lock_execution(
