@@ -414,12 +414,33 @@ async def show_agent(client: AdminClient, out: Output, agent_id: str) -> None:
     out.field("registered", f"{agent.registered_at} ({age(agent.registered_at)} ago)")
     if agent.lease_timeout_seconds is not None:
         out.field("lease timeout", f"{agent.lease_timeout_seconds:g}s")
+    _show_metadata(out, agent)
     if not agent.policy_bundle:
         out.field("policy", out.style("none (permissive)", "dim"))
         return
     out.field("policy", "")
     for text in agent.policy_bundle.rstrip("\n").splitlines():
         out.line("  " + text)
+
+
+def _show_metadata(out: Output, agent: AgentInfo) -> None:
+    """What the agent published about itself (§36), each schema as indented JSON."""
+    if agent.description and "\n" not in agent.description:
+        out.field("description", agent.description)
+    elif agent.description:
+        _indented(out, "description", agent.description)
+    for label, schema in (
+        ("input schema", agent.input_schema),
+        ("output schema", agent.output_schema),
+    ):
+        if schema is not None:
+            _indented(out, label, json.dumps(schema, indent=2, ensure_ascii=False))
+
+
+def _indented(out: Output, label: str, text: str) -> None:
+    out.field(label, "")
+    for line in text.splitlines():
+        out.line("  " + line)
 
 
 async def add_agents(client: AdminClient, out: Output, manifest_path: str) -> None:
