@@ -1,7 +1,8 @@
-"""The official SDK 0.29.2, unchanged, through sessions, sub-agents, forks and idempotent
-creates (docs/protocol.md §24-§27), against `rebuno dev` and against two `rebuno server`
-replicas on PostgreSQL; and our SDK through the same scenarios, from the same agent code
-(tests/e2e/official_lineage.py), since its public names are the official SDK's."""
+"""The official SDK 0.29.2, unchanged, through sessions, sub-agents, forks, idempotent creates
+and published agent metadata (docs/protocol.md §24-§27, §36), against `rebuno dev` and
+against two `rebuno server` replicas on PostgreSQL; and our SDK through the same scenarios,
+from the same agent code (tests/e2e/official_lineage.py), since its public names are the
+official SDK's."""
 
 from __future__ import annotations
 
@@ -191,3 +192,13 @@ def test_the_sdk_runs_conversations_sub_agents_forks_and_idempotent_creates(
     ids = set(json.loads(made.stdout))
     assert len(ids) == 1
     world.done(ids.pop())
+
+    # What each agent published at its start-up (§36), read through the first replica.
+    shown = {name: world.kernel.get(f"/v0/agents/{name}") for name in AGENTS}
+    for name, agent in shown.items():
+        assert agent["description"] == f"the {name} of the lineage scenarios", agent
+    assert shown["twostep"]["input_schema"]["title"] == "twostep"
+    assert shown["twostep"]["input_schema"]["required"] == ["n"]
+    assert shown["twostep"]["output_schema"] == {"type": "integer"}
+    assert shown["parent"]["output_schema"]["title"] == "Found"
+    assert "output_schema" not in shown["chat"]
