@@ -81,8 +81,9 @@ class AgentRoutes:
         caller = await self._gate.agent(request)
         if caller.agent_id != request.path_params["agent_id"]:
             raise Forbidden("forbidden: an agent may only describe itself")
-        body = await off_loop(caller.body, parse_object)
-        await self._kernel.publish_metadata(caller.agent_id, _metadata(body))
+        # Schemas may be large: parsed and made canonical off the loop, as step arguments are.
+        metadata = await off_loop(caller.body, lambda body: _metadata(parse_object(body)))
+        await self._kernel.publish_metadata(caller.agent_id, metadata)
         return no_content()
 
     async def announce(self, request: Request) -> Response:
