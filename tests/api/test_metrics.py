@@ -20,6 +20,7 @@ from starlette.types import ASGIApp
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.metrics import HttpMetrics
 from rebuno.kernel.service import dispatches, lifecycle
+from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import AGENT, BASE_URL, SECRET, TOKEN, AgentClient, claim
 from tests.support import ManualClock, wait_until
@@ -379,3 +380,21 @@ async def test_a_failing_background_tick_counts_a_worker_error(anon: httpx.Async
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
+
+
+async def test_racing_idempotent_creates_count_one_created_execution(
+    http: httpx.AsyncClient, kernel: Kernel
+) -> None:
+    before = await scrape(http)
+
+    made = await asyncio.gather(
+        *(
+            kernel.create_execution(AGENT, "{}", None, Origin(idempotency_key="once"))
+            for _ in range(10)
+        )
+    )
+
+    assert len({execution.id for execution in made}) == 1
+    after = await scrape(http)
+    name = "rebuno_executions_created_total"
+    assert after.value(name) - before.value(name) == 1

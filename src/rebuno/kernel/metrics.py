@@ -5,7 +5,9 @@ A hook only bumps a number in nested dicts that the event loop's thread owns: no
 label lookup, no object built once a label combination has been seen. prometheus_client is
 used at scrape time only, to render the exposition format. Counts are per process and start
 at zero; Prometheus' `rate()` and `increase()` handle the restarts. Events are counted when
-their transaction writes them, so the rare transaction that fails at commit is still counted.
+their transaction writes them, so the rare transaction that fails at commit is still counted;
+only the executions created and ended that the reference dashboard reads wait for the commit
+(`counted_on_commit`).
 
 Must not import the services, the API or a store: they import this module.
 """
@@ -16,6 +18,8 @@ import logging
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence, Sized
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -319,9 +323,36 @@ def record_events(events: Iterable[Event]) -> None:
             EXECUTIONS.inc(status)
             # A fork's log gets its own `execution.created` and copies no execution event.
             if status == "pending":
-                EXECUTIONS_CREATED.inc()
+                _on_commit(EXECUTIONS_CREATED, "")
             elif status in _ENDED:
-                EXECUTIONS_COMPLETED.inc(status)
+                _on_commit(EXECUTIONS_COMPLETED, status)
+
+
+_HELD: ContextVar[list[tuple[Counter, str]] | None] = ContextVar("rebuno_held", default=None)
+
+
+@contextmanager
+def counted_on_commit() -> Iterator[None]:
+    """Around a transaction: the executions it creates and ends (§37) are counted once it
+    committed, never when it failed. Under concurrent idempotent creates (§27.1), every
+    loser's transaction writes its `execution.created` and then fails at commit; counted
+    before, each would show as an execution that never existed."""
+    held: list[tuple[Counter, str]] = []
+    token = _HELD.set(held)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+    for counter, label in held:
+        counter.inc(label)
+
+
+def _on_commit(counter: Counter, label: str) -> None:
+    held = _HELD.get()
+    if held is None:
+        counter.inc(label)
+    else:
+        held.append((counter, label))
 
 
 def step_decided(kind: StepKind, decision: Decision, recorded: bool) -> None:

@@ -86,8 +86,9 @@ class ServiceBase:
     ) -> AsyncIterator[Transaction]:
         """The store's transaction, and once it committed, a wake-up for whoever waits on
         this execution's event log in this process."""
-        async with self.store.transaction(execution_id, unchanged) as tx:
-            yield tx
+        with metrics.counted_on_commit():
+            async with self.store.transaction(execution_id, unchanged) as tx:
+                yield tx
         if execution_id is not None and (waiting := self.appended.pop(execution_id, None)):
             waiting.set()
 
