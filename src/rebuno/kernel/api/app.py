@@ -14,6 +14,7 @@ from starlette.types import ASGIApp
 
 from rebuno.kernel.api.auth import Authenticator, Gate
 from rebuno.kernel.api.errors import http_exception_handler
+from rebuno.kernel.api.routes.activity import ActivityRoutes
 from rebuno.kernel.api.routes.agents import AgentRoutes
 from rebuno.kernel.api.routes.approvals import ApprovalRoutes
 from rebuno.kernel.api.routes.executions import ExecutionRoutes
@@ -23,11 +24,13 @@ from rebuno.kernel.api.routes.steps import StepRoutes
 from rebuno.kernel.api.routes.stream import StreamRoutes
 from rebuno.kernel.api.routing import DirectRoutes, MethodRoute
 from rebuno.kernel.config import Settings
+from rebuno.kernel.console.routes import ConsoleRoutes
 from rebuno.kernel.service.kernel import Kernel
 
 
 def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
-    gate = Gate(settings, Authenticator(settings, kernel.agent_secret, kernel.clock))
+    authenticator = Authenticator(settings, kernel.agent_secret, kernel.clock)
+    gate = Gate(settings, authenticator)
     routes: list[BaseRoute] = [
         *ExecutionRoutes(kernel, gate).routes(),
         *StepRoutes(kernel, gate).routes(),
@@ -36,6 +39,8 @@ def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
         *PolicyRoutes(kernel, gate).routes(),
         *ApprovalRoutes(kernel, gate).routes(),
         *OperationalRoutes(kernel, gate).routes(),
+        *ActivityRoutes(kernel, gate, settings.sse_keepalive).routes(),
+        *ConsoleRoutes(settings, authenticator, gate).routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_exception_handler})
     # A trailing-slash redirect would be a 3xx, which SDK 0.29.2 treats as an error anyway.

@@ -19,6 +19,7 @@ from starlette.requests import Request
 
 from rebuno.kernel.api.body import read_body
 from rebuno.kernel.api.params import is_agent_id
+from rebuno.kernel.api.session import SESSION_COOKIE, require_csrf
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.errors import Unauthorized
 from rebuno.kernel.domain.records import SeenRequest
@@ -61,22 +62,23 @@ class Authenticator:
     ) -> None:
         self._dev = settings.dev
         token = settings.bearer_token or ""
-        self._expected = (BEARER_PREFIX + token).encode("utf-8") if token else None
+        self._expected = token.encode("utf-8") if token else None
         self._accept_body_scheme = settings.accept_body_signatures
         self._secret_of = secret_of
         self._clock = clock
 
-    def require_bearer(self, headers: Headers) -> None:
+    def require_bearer(self, request: Request) -> None:
         """Raises `Unauthorized` unless the request carries the configured token (dev: any)."""
         if self._dev:
             return
-        values = headers.getlist("authorization")
-        if len(values) != 1 or self._expected is None:
+        if not self.accepts(client_token(request)):
             raise Unauthorized("unauthorized: missing or invalid bearer token")
-        # Header text arrives latin-1 decoded; encoding it back gives the bytes as sent.
-        received = values[0].encode("latin-1", "replace")
-        if not hmac.compare_digest(received, self._expected):
-            raise Unauthorized("unauthorized: missing or invalid bearer token")
+
+    def accepts(self, token: bytes | None) -> bool:
+        """Whether `token` is the configured one, compared in constant time."""
+        if token is None or self._expected is None:
+            return False
+        return hmac.compare_digest(token, self._expected)
 
     def principal(self) -> str:
         """Who a bearer request that passed `require_bearer` is (§27.2): the holder of the
@@ -131,6 +133,24 @@ class Authenticator:
             signature,
             now=self._clock().timestamp(),
         )
+
+
+def client_token(request: Request) -> bytes | None:
+    """The credential a client presents (§2.1, §33.2), or None: the token of the one
+    `Authorization: Bearer` header, else the console's session cookie, which a request that
+    changes state must back with its CSRF token. Only extracts; `Authenticator` verifies."""
+    values = request.headers.getlist("authorization")
+    if values:
+        # Header text arrives latin-1 decoded; encoding it back gives the bytes as sent.
+        received = values[0].encode("latin-1", "replace")
+        prefix = BEARER_PREFIX.encode("ascii")
+        return received[len(prefix) :] if len(values) == 1 and received.startswith(prefix) else None
+    session = request.cookies.get(SESSION_COOKIE)
+    if not session:
+        return None
+    token = session.encode("utf-8")
+    require_csrf(request, token)
+    return token
 
 
 def seen_request(agent_id: str, signature: str, timestamp: str) -> SeenRequest:
@@ -227,7 +247,7 @@ class Gate:
         self._auth = authenticator
 
     async def client(self, request: Request) -> bytes:
-        self._auth.require_bearer(request.headers)
+        self._auth.require_bearer(request)
         return await read_body(request, self._limit, self._timeout)
 
     async def principal(self, request: Request) -> tuple[bytes, str]:

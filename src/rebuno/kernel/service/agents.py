@@ -6,11 +6,13 @@ Must not import a concrete store backend, the API, or httpx.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from rebuno.kernel.config import webhook_targets
 from rebuno.kernel.domain.dispatch import lease_timeout_problem
 from rebuno.kernel.domain.errors import NotFound, ValidationFailed
 from rebuno.kernel.domain.records import Agent, AgentMetadata
+from rebuno.kernel.policy.description import Probe, describe_bundle, try_bundle
 from rebuno.kernel.service.base import ServiceBase
 
 # Secrets are read on every signed agent request. A short cache saves that read; a secret
@@ -97,6 +99,18 @@ class AgentUseCases(ServiceBase):
             self.bundles.get(bundle)
         async with self.transaction() as tx:
             await tx.set_policy_bundle(agent_id, bundle or None)
+
+    async def check_policy(
+        self, agent_id: str, bundle: str | None, probe: Probe | None
+    ) -> dict[str, Any]:
+        """§33.7: a bundle (the agent's current one when None) validated by the loader and
+        described, and with a probe, what it would decide for that step. Stores nothing."""
+        if bundle is None:
+            bundle = (await self.store.get_agent(agent_id)).policy_bundle or ""
+        checked = describe_bundle(bundle)
+        if probe is not None:
+            checked["decision"] = try_bundle(bundle, probe)
+        return checked
 
     def _forget(self, agent_id: str) -> None:
         self.secrets.pop(agent_id, None)
