@@ -28,6 +28,11 @@ function outcome(approval) {
     approval.rationale ? ` — “${approval.rationale}”` : "");
 }
 
+function resolvedHere(card, approval) {
+  card.querySelector(".actions")?.remove();
+  replace(card.querySelector(".result"), h("p", {}, "Already resolved:"), outcome(approval));
+}
+
 function pendingCard(approval, step, rule, execution, approver, redraw) {
   const rationale = h("textarea", { rows: 2, id: `why-${approval.id}`, placeholder: "Why (optional)" });
   const status = h("div", { class: "result" });
@@ -48,8 +53,7 @@ function pendingCard(approval, step, rule, execution, approver, redraw) {
     } catch (error) {
       if (error.status === 409) {
         // Someone (or the expiry) decided first: show what happened, not an error.
-        replace(status, h("p", {}, "Already resolved:"), outcome(await api(`/v0/approvals/${approval.id}`)));
-        card.querySelector(".actions")?.remove();
+        resolvedHere(card, await api(`/v0/approvals/${approval.id}`));
       } else {
         replace(status, h("p", { class: "error", role: "alert" }, error.message));
       }
@@ -97,7 +101,11 @@ export async function render(main) {
     const shown = new Set([...pendingList.querySelectorAll("article.pending")].map((one) => one.dataset.approval));
     const wanted = new Set(pending.map((one) => one.id));
     for (const card of pendingList.querySelectorAll("article.pending")) {
-      if (!wanted.has(card.dataset.approval) && !card.querySelector(".outcome")) card.remove();
+      if (wanted.has(card.dataset.approval) || card.querySelector(".outcome")) continue;
+      // Decided elsewhere (another person, the expiry, a cancel): say so where it was.
+      const found = all.find((one) => one.id === card.dataset.approval);
+      if (!found) { card.remove(); continue; }
+      resolvedHere(card, found);
     }
     for (const approval of pending) {
       if (shown.has(approval.id)) continue;

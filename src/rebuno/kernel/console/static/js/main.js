@@ -11,6 +11,7 @@ import * as create from "./create.js";
 
 const main = document.getElementById("main");
 let cleanup = null;
+let first = true;
 
 // Routes: #/ · #/executions?… · #/executions/<id> · #/approvals · #/agents · #/agents/<id>
 // · #/agents/<id>/policy · #/new?agent=<id>
@@ -47,7 +48,9 @@ async function route() {
   } catch (error) {
     replace(main, h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, error.message));
   }
-  main.focus({ preventScroll: true });
+  // After a navigation the reader starts at the new page; a first load starts at the top.
+  if (!first) main.focus({ preventScroll: true });
+  first = false;
 }
 
 // One feed of execution changes for the whole page (GET /v0/activity): pages listen for
