@@ -172,8 +172,7 @@ def wait_for_status(stack: Stack, execution_id: str, status: str) -> dict[str, A
 
     def reached() -> bool:
         seen.update(execution(stack, execution_id))
-        return seen["status"] == status
+        return bool(seen["status"] == status)
 
     poll_until(reached, 20, f"{execution_id} to be {status}")
     return seen
-

@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 def decide(page: Page, execution_id: str, verb: str, rationale: str = "") -> None:
     """Grants or denies the inbox card of the execution's approval, as `alice`."""
-    card = page.locator("article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]'))
+    card = page.locator(
+        "article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]')
+    )
     expect(card).to_be_visible()
     page.fill("#approver", "alice")
     if rationale:
@@ -40,7 +42,9 @@ def test_an_approval_arrives_live_is_granted_and_the_timeline_shows_it(
 
     execution_id = create(dev, "gated", {"command": "ls"})
 
-    card = page.locator("article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]'))
+    card = page.locator(
+        "article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]')
+    )
     expect(card).to_contain_text("shell_exec")
     expect(card).to_contain_text("run a shell command?")
     expect(card).to_contain_text("review-shell")
@@ -68,7 +72,9 @@ def test_a_denial_with_a_rationale_reaches_the_handler(dev: Stack, page: Page) -
 
 def _pending_card(dev: Stack, page: Page, execution_id: str) -> tuple[Locator, str]:
     page.goto(f"{dev.url}/ui#/approvals")
-    card = page.locator("article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]'))
+    card = page.locator(
+        "article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]')
+    )
     expect(card).to_be_visible()
     return card, str(card.get_attribute("data-approval"))
 
@@ -89,9 +95,7 @@ def test_an_approval_decided_elsewhere_shows_that_outcome_live(dev: Stack, page:
     expect(card.locator("button.grant")).to_have_count(0)
 
 
-def test_a_grant_that_comes_too_late_shows_the_outcome_not_an_error(
-    dev: Stack, page: Page
-) -> None:
+def test_a_grant_that_comes_too_late_shows_the_outcome_not_an_error(dev: Stack, page: Page) -> None:
     page.route("**/v0/activity", lambda route: route.abort())  # no live news: the race
     card, approval = _pending_card(dev, page, create(dev, "gated", {"command": "date"}))
     _deny_elsewhere(dev, approval)
@@ -161,7 +165,9 @@ def test_the_policy_editor_refuses_an_invalid_bundle_and_saves_a_valid_one(
     page.click("#validate")
     expect(page.locator("#verdict .invalid")).to_contain_text("must be a list, not an integer")
 
-    bundle = "rules:\n  - id: shout-freely\n    when: {target: shout}\n    then: {decision: allow}\n"
+    bundle = (
+        "rules:\n  - id: shout-freely\n    when: {target: shout}\n    then: {decision: allow}\n"
+    )
     page.fill("#bundle", bundle + "default_action: allow\n")
     page.click("#validate")
     expect(page.locator("#diff .add").first).to_contain_text("+ rules:")
@@ -191,7 +197,9 @@ def test_the_create_form_refuses_input_that_is_not_json(dev: Stack, page: Page) 
     assert "greeter" in page.locator("main").inner_text()
 
 
-def test_a_phone_width_screen_stacks_the_list_and_the_keyboard_reaches_the_pages(dev: Stack, page: Page) -> None:
+def test_a_phone_width_screen_stacks_the_list_and_the_keyboard_reaches_the_pages(
+    dev: Stack, page: Page
+) -> None:
     create(dev, "greeter", {"name": "bo"})
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(f"{dev.url}/ui#/executions")
@@ -208,4 +216,3 @@ def test_a_phone_width_screen_stacks_the_list_and_the_keyboard_reaches_the_pages
             break
     page.keyboard.press("Enter")
     expect(page.locator("main h1")).to_have_text("Approvals")
-

@@ -51,9 +51,7 @@ def test_sign_in_refuses_a_form_posted_from_another_site(server: Stack, page: Pa
     assert page.context.cookies() == []
 
 
-def test_signed_in_the_console_acts_and_the_token_shows_nowhere(
-    server: Stack, page: Page
-) -> None:
+def test_signed_in_the_console_acts_and_the_token_shows_nowhere(server: Stack, page: Page) -> None:
     execution_id = create(server, "gated", {"command": "ls"}, token=TOKEN)
     sign_in(page, server, TOKEN)
     expect(page.locator("#live")).to_have_text("live")
@@ -61,7 +59,9 @@ def test_signed_in_the_console_acts_and_the_token_shows_nowhere(
     session = next(one for one in page.context.cookies() if one["name"] == "rebuno_session")
     assert session["httpOnly"] and session["sameSite"] == "Strict"
     page.goto(f"{server.url}/ui#/approvals")
-    card = page.locator("article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]'))
+    card = page.locator(
+        "article.pending", has=page.locator(f'a[href="#/executions/{execution_id}"]')
+    )
     page.fill("#approver", "alice")
     card.locator("button.grant").click()
     page.click("#confirm-yes")

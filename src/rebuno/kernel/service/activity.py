@@ -31,12 +31,12 @@ class Watcher:
             self.pending[execution_id] = None
         self.woken.set()
 
-    async def changed(self, timeout: float) -> list[str] | None:
-        """The ids changed since the last call, waiting up to `timeout` seconds for one;
+    async def changed(self, quiet: float) -> list[str] | None:
+        """The ids changed since the last call, waiting up to `quiet` seconds for one;
         `None` when too many changed to name them."""
         if not self.woken.is_set():
             try:
-                await asyncio.wait_for(self.woken.wait(), timeout)
+                await asyncio.wait_for(self.woken.wait(), quiet)
             except TimeoutError:
                 return []
         self.woken.clear()

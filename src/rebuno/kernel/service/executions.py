@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -236,13 +236,13 @@ class ExecutionUseCases(ServiceBase):
         return await self.store.list_executions(flt)
 
     async def watch_executions(
-        self, watcher: Watcher, timeout: float
-    ) -> AsyncIterator[list[Execution] | None]:
+        self, watcher: Watcher, quiet: float
+    ) -> AsyncGenerator[list[Execution] | None, None]:
         """The activity feed (§33.5): batches of executions as they are now, one per
-        wake-up; an empty batch after `timeout` quiet seconds, `None` when the watcher lost
+        wake-up; an empty batch after `quiet` seconds without one, `None` when the watcher lost
         count. Each is read from the store, so the feed is never a second record."""
         while True:
-            ids = await watcher.changed(timeout)
+            ids = await watcher.changed(quiet)
             if ids is None:
                 yield None
                 continue

@@ -53,10 +53,10 @@ class ActivityRoutes:
 
     async def _frames(self) -> AsyncIterator[bytes]:
         # Watching before `: ok` goes out, so a client that has read it misses no change.
-        timeout = self._keepalive.total_seconds()
+        quiet = self._keepalive.total_seconds()
         with self._kernel.activity.watch() as watcher:
             yield OK_FRAME
-            async with aclosing(self._kernel.watch_executions(watcher, timeout)) as batches:
+            async with aclosing(self._kernel.watch_executions(watcher, quiet)) as batches:
                 async for batch in batches:
                     if batch is None:
                         yield RESYNC_FRAME

@@ -109,9 +109,7 @@ def _id_range(query: QueryParams) -> tuple[str | None, str | None]:
         params.first(query, key) for key in ("created_after", "created_before", "id_prefix")
     )
     floors: list[str | None] = [idrange.time_bound(after, "created_after") if after else None]
-    ceilings: list[str | None] = [
-        idrange.time_bound(before, "created_before") if before else None
-    ]
+    ceilings: list[str | None] = [idrange.time_bound(before, "created_before") if before else None]
     if prefix:
         floor, ceiling = idrange.prefix_bounds(prefix)
         floors.append(floor)
