@@ -1,4 +1,4 @@
-"""The console's part of the API (§33): the session cookie as a credential with its CSRF
+"""The console's part of the API (§40): the session cookie as a credential with its CSRF
 token, the sign-in form, the list's id-range filters and the policy check; both stores."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def _served(app: ASGIApp) -> set[tuple[str, str]]:
     served: set[tuple[str, str]] = set()
     for candidate in app.fallback.router.routes:
         if candidate.path == "/" or candidate.path.startswith(CONSOLE_PATH):
-            continue  # the console's pages (§33.1), not the API
+            continue  # the console's pages (§40.1), not the API
         assert isinstance(candidate, Route)
         methods = candidate.methods or set()
         assert ("HEAD" in methods) == ("GET" in methods), candidate.path

@@ -100,7 +100,7 @@ def document(page: Page, name: str) -> None:
     """Saves the page as `<name>.png` for the docs, when `REBUNO_CONSOLE_SHOTS` asks."""
     directory = os.environ.get("REBUNO_CONSOLE_SHOTS")
     if directory:
-        page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=False)
+        page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=True)
 
 
 def _start_stack(directory: Path, *flags: str) -> Stack:

@@ -136,7 +136,7 @@ class Authenticator:
 
 
 def client_token(request: Request) -> bytes | None:
-    """The credential a client presents (§2.1, §33.2), or None: the token of the one
+    """The credential a client presents (§2.1, §40.2), or None: the token of the one
     `Authorization: Bearer` header, else the console's session cookie, which a request that
     changes state must back with its CSRF token. Only extracts; `Authenticator` verifies."""
     values = request.headers.getlist("authorization")

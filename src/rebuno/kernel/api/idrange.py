@@ -1,4 +1,4 @@
-"""Execution list filters that are id ranges (§33.4): a creation-time range and an id prefix.
+"""Execution list filters that are id ranges (§40.4): a creation-time range and an id prefix.
 
 Execution ids are UUIDv7, whose first 48 bits are the creation time in milliseconds, and
 their canonical text sorts as their number does, so both filters become bounds on the

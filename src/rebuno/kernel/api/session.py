@@ -1,4 +1,4 @@
-"""The console's session (§33.2): the cookie that carries a signed-in token, and the CSRF
+"""The console's session (§40.2): the cookie that carries a signed-in token, and the CSRF
 token a state-changing request authenticated by that cookie must repeat in a header.
 
 The CSRF token is `<nonce>.<mac>`, the MAC keyed by the session's own token, so it is

@@ -1,8 +1,8 @@
-"""The console's own routes (§33): its page at `/ui`, its static files, sign-in and sign-out.
+"""The console's own routes (§40): its page at `/ui`, its static files, sign-in and sign-out.
 
 Everything the console shows it reads from the `/v0` API in the browser; these routes only
 hand out the page and, in server mode, turn a token typed into the sign-in form into the
-session cookie (§33.2). The token is read from a POST body, compared in constant time, and
+session cookie (§40.2). The token is read from a POST body, compared in constant time, and
 never written into a page, a URL or a log. Must not import a store or the service layer.
 """
 
@@ -94,7 +94,7 @@ class ConsoleRoutes:
             samesite="strict",
             secure=secure,
         )
-        # Readable by the console's script, which repeats it in a header (§33.2).
+        # Readable by the console's script, which repeats it in a header (§40.2).
         response.set_cookie(
             CSRF_COOKIE,
             mint_csrf(token),

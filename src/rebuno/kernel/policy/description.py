@@ -1,4 +1,4 @@
-"""A bundle as a person reads it (§33.7): its rules in evaluation order, each with what it
+"""A bundle as a person reads it (§40.6): its rules in evaluation order, each with what it
 matches and decides as written, and what it decides for one step (a dry run of the engine).
 
 The bundle is validated by the loader first, so only a bundle the kernel would accept is

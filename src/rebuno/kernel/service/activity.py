@@ -1,4 +1,4 @@
-"""The activity feed (§33.5): which executions changed, for the console's live badges.
+"""The activity feed (§40.5): which executions changed, for the console's live badges.
 
 Each watcher holds the ids of the executions committed since it last looked, coalesced:
 an execution that changed three times while the watcher was busy is read once, as it is

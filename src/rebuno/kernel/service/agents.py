@@ -103,7 +103,7 @@ class AgentUseCases(ServiceBase):
     async def check_policy(
         self, agent_id: str, bundle: str | None, probe: Probe | None
     ) -> dict[str, Any]:
-        """§33.7: a bundle (the agent's current one when None) validated by the loader and
+        """§40.6: a bundle (the agent's current one when None) validated by the loader and
         described, and with a probe, what it would decide for that step. Stores nothing."""
         if bundle is None:
             bundle = (await self.store.get_agent(agent_id)).policy_bundle or ""

@@ -81,7 +81,7 @@ class ServiceBase:
         self.shortcuts = Shortcuts(settings.shortcuts)
         """What this process knows that may spare work; advisory only (`shortcuts.py`)."""
         self.activity = Activity()
-        """Who watches executions change (§33.5), told after each commit on one."""
+        """Who watches executions change (§40.5), told after each commit on one."""
 
     @asynccontextmanager
     async def transaction(

@@ -238,7 +238,7 @@ class ExecutionUseCases(ServiceBase):
     async def watch_executions(
         self, watcher: Watcher, quiet: float
     ) -> AsyncGenerator[list[Execution] | None, None]:
-        """The activity feed (§33.5): batches of executions as they are now, one per
+        """The activity feed (§40.5): batches of executions as they are now, one per
         wake-up; an empty batch after `quiet` seconds without one, `None` when the watcher lost
         count. Each is read from the store, so the feed is never a second record."""
         while True:

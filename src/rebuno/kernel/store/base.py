@@ -72,7 +72,7 @@ class ExecutionFilter:
     """Return executions whose id is strictly smaller than this one."""
     floor: str | None = None
     """Return executions whose id is this one or larger: with `cursor`, an id range, which is
-    also a creation-time range since ids are UUIDv7 (§33.4)."""
+    also a creation-time range since ids are UUIDv7 (§40.4)."""
     limit: int = 50
     session: str | None = None
     payload_limit: int = LISTED_PAYLOAD_BYTES

@@ -1,4 +1,4 @@
-"""`GET /v0/activity` (§33.5, bearer): a server-sent-event feed of the executions that
+"""`GET /v0/activity` (§40.5, bearer): a server-sent-event feed of the executions that
 change, as they are after each change, for live status badges.
 
 Must not import a store backend or the dispatcher.

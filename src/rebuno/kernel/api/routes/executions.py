@@ -103,7 +103,7 @@ def _completion_fields(raw: bytes) -> tuple[RawJson, tuple[Carried, ...], RawJso
 
 
 def _id_range(query: QueryParams) -> tuple[str | None, str | None]:
-    """`created_after`, `created_before` and `id_prefix` (§33.4) as one id range: the
+    """`created_after`, `created_before` and `id_prefix` (§40.4) as one id range: the
     floor (inclusive) and the ceiling (exclusive)."""
     after, before, prefix = (
         params.first(query, key) for key in ("created_after", "created_before", "id_prefix")

@@ -1,7 +1,7 @@
 """`POST /v0/policies/{agent_id}` (§5.3, bearer): replace or remove an agent's bundle;
 `POST /v0/policies/{agent_id}/test` (§35): what a bundle decides for cases or for the steps
 of recorded executions, without writing anything; and `POST /v0/policies/{agent_id}/check`
-(§33.7): validate a bundle, describe its rules and try it against one step, without saving.
+(§40.6): validate a bundle, describe its rules and try it against one step, without saving.
 
 Must not import a store backend or the dispatcher.
 """
