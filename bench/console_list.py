@@ -13,20 +13,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from tests.cli.harness import free_port, wait_healthy
+from tests.e2e.processes import Process
 
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import open_store
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.stream.memory import MemoryBus
-from tests.cli.harness import free_port, wait_healthy
-from tests.e2e.processes import Process
 
 AGENTS = ("alpha", "beta")
 BATCH = 200
@@ -75,7 +74,9 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "rebuno.cli.main", "dev", "--db-url", f"sqlite:///{db}"]
-        kernel = Process([*command, "--listen-addr", f"127.0.0.1:{port}"], Path(directory) / "k.log")
+        kernel = Process(
+            [*command, "--listen-addr", f"127.0.0.1:{port}"], Path(directory) / "k.log"
+        )
         try:
             wait_healthy(url)
             newest = httpx.get(f"{url}/v0/executions", params={"limit": "1"}).json()
@@ -85,7 +86,8 @@ def main() -> None:
                 "agent and status": {"agent_id": "beta", "status": "cancelled", "limit": "50"},
                 "id prefix": {"id_prefix": some[:8], "limit": "50"},
                 "created in the last minute": {
-                    "created_after": newest["executions"][0]["created_at"], "limit": "50"
+                    "created_after": newest["executions"][0]["created_at"],
+                    "limit": "50",
                 },
                 "page 100 (cursor)": {"cursor": some[:-4] + "0000", "limit": "50"},
             }
