@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
 from tests.cli.conftest import AGENTS, GATED, Stack
 from tests.cli.harness import (
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT_DIR = ROOT / ".cache" / "console-failures"
 TOKEN = "console-test-token-value"
 WAIT_MS = 15_000
+expect.set_options(timeout=WAIT_MS)  # a loaded machine is slow, never a reason to fail
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -103,10 +105,10 @@ def document(page: Page, name: str) -> None:
         page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=True)
 
 
-def _start_stack(directory: Path, *flags: str) -> Stack:
+def _start_stack(directory: Path, agents: tuple[str, ...], *flags: str) -> Stack:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    ports = {agent_id: free_port() for agent_id in AGENTS}
+    ports = {agent_id: free_port() for agent_id in agents}
     manifest = write_manifest(directory / "rebuno.yaml", ports, {"gated": GATED})
     args = kernel_args(port, directory / "kernel.db", manifest, *flags)
     if flags:  # `rebuno server`: the same options, bearer auth on, loopback webhooks allowed
@@ -115,9 +117,16 @@ def _start_stack(directory: Path, *flags: str) -> Stack:
     running = Stack(url, directory, Process(args, directory / "kernel.log", env))
     try:
         wait_healthy(url, running.kernel)
-        for agent_id, agent_port in ports.items():
-            log = directory / f"{agent_id}.log"
-            running.agents[agent_id] = start_agent(agent_id, agent_port, url, log)
+        # The agents start side by side: each waits only for its own port.
+        with ThreadPoolExecutor(len(ports)) as pool:
+            started = {
+                agent_id: pool.submit(
+                    start_agent, agent_id, port, url, directory / f"{agent_id}.log"
+                )
+                for agent_id, port in ports.items()
+            }
+            for agent_id, future in started.items():
+                running.agents[agent_id] = future.result()
     except BaseException:
         _stop(running)
         raise
@@ -133,7 +142,7 @@ def _stop(running: Stack) -> None:
 @pytest.fixture(scope="session")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """`rebuno dev` with the test agents, shared by every console test of a worker."""
-    running = _start_stack(tmp_path_factory.mktemp("console-dev"))
+    running = _start_stack(tmp_path_factory.mktemp("console-dev"), AGENTS)
     yield running
     _stop(running)
 
@@ -141,7 +150,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """`rebuno server` (bearer token `TOKEN`) with the test agents."""
-    running = _start_stack(tmp_path_factory.mktemp("console-server"), "--bearer-token", TOKEN)
+    directory = tmp_path_factory.mktemp("console-server")
+    running = _start_stack(directory, ("gated",), "--bearer-token", TOKEN)
     yield running
     _stop(running)
 

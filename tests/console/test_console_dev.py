@@ -3,6 +3,8 @@ the executions list and the policy editor, each against real agent processes."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
@@ -10,7 +12,8 @@ from playwright.sync_api import Locator, Page, expect
 from tests.cli.conftest import Stack
 from tests.console.conftest import create, document, execution, wait_for_status
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+# One worker runs them all: one browser and one kernel of each mode, not one per worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90), pytest.mark.xdist_group("console")]
 
 
 def decide(page: Page, execution_id: str, verb: str, rationale: str = "") -> None:
@@ -216,3 +219,17 @@ def test_a_phone_width_screen_stacks_the_list_and_the_keyboard_reaches_the_pages
             break
     page.keyboard.press("Enter")
     expect(page.locator("main h1")).to_have_text("Approvals")
+
+
+def test_forking_from_an_event_opens_the_fork_linked_to_its_source(dev: Stack, page: Page) -> None:
+    source = create(dev, "greeter", {"name": "cy"})
+    wait_for_status(dev, source, "completed")
+    page.goto(f"{dev.url}/ui#/executions/{source}")
+
+    page.locator('tr[data-seq="2"] button.fork').click()
+    page.click("#confirm-yes")
+
+    expect(page).not_to_have_url(re.compile(source))
+    expect(page.locator("dl.facts").first).to_contain_text("Forked from")
+    expect(page.locator(f'dl.facts a[href="#/executions/{source}"]')).to_be_visible()
+    expect(page.locator("h1 .badge")).to_have_text("completed")

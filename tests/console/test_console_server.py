@@ -10,7 +10,8 @@ from playwright.sync_api import Page, Route, expect
 from tests.cli.conftest import Stack
 from tests.console.conftest import TOKEN, create, execution
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+# One worker runs them all: one browser and one kernel of each mode, not one per worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90), pytest.mark.xdist_group("console")]
 ATTACKER = "http://attacker.test/"
 
 

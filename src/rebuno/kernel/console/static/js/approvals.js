@@ -120,7 +120,13 @@ export async function render(main) {
     replace(resolved, done.map(resolvedRow));
     window.dispatchEvent(new CustomEvent("rebuno:recount"));
   };
-  const redraw = debounced(draw);
+  // One drawing at a time, and one more after it when news came in the meantime.
+  let drawing = null;
+  let again = false;
+  const redraw = debounced(async () => {
+    if (drawing) { again = true; return; }
+    drawing = draw().finally(() => { drawing = null; if (again) { again = false; redraw(); } });
+  });
   replace(main,
     h("h1", {}, "Approvals"),
     h("div", { class: "row" }, h("div", {}, h("label", { for: "approver" }, "Deciding as"), approver)),
@@ -129,12 +135,13 @@ export async function render(main) {
     h("table", { class: "responsive" },
       h("thead", {}, h("tr", {}, ["Execution", "Outcome", "By", "When", "Rationale"].map((one) => h("th", { scope: "col" }, one)))),
       resolved));
-  await draw();
+  window.addEventListener("rebuno:execution", redraw);
+  window.addEventListener("rebuno:resync", redraw);
+  drawing = draw().finally(() => { drawing = null; if (again) { again = false; redraw(); } });
+  await drawing;
   const tick = setInterval(() => {
     for (const clock of main.querySelectorAll(".countdown")) clock.textContent = countdown(clock.dataset.until);
   }, 1000);
-  window.addEventListener("rebuno:execution", redraw);
-  window.addEventListener("rebuno:resync", redraw);
   return () => {
     clearInterval(tick);
     window.removeEventListener("rebuno:execution", redraw);

@@ -167,7 +167,32 @@ export async function render(main, params, id) {
     return execution;
   }
 
-  const execution = await refresh();
+  // Listening before the first read, so a change made while it is on its way is not lost.
+  let loaded = false;
+  let missed = false;
+  let stream = null;
+  const again = debounced(async () => {
+    const now = await refresh();
+    if (stream && TERMINAL.has(now.status)) { stream.close(); stream = null; }
+  });
+  const onChange = (event) => {
+    if (event.detail.id !== id) return;
+    if (loaded) again(); else missed = true;
+  };
+  window.addEventListener("rebuno:execution", onChange);
+  window.addEventListener("rebuno:resync", again);
+  const cleanup = () => {
+    window.removeEventListener("rebuno:execution", onChange);
+    window.removeEventListener("rebuno:resync", again);
+    if (stream) stream.close();
+  };
+  let execution;
+  try {
+    execution = await refresh();
+  } catch (error) {
+    cleanup();
+    throw error;
+  }
   replace(main, head, notice,
     h("h2", {}, "Timeline"), timeline,
     h("h2", {}, "Event log"),
@@ -175,7 +200,6 @@ export async function render(main, params, id) {
       h("thead", {}, h("tr", {}, ["Seq", "Type", "At", "Payload", ""].map((one) => h("th", { scope: "col" }, one)))), log),
     pager);
 
-  let stream = null;
   if (!TERMINAL.has(execution.status)) {
     stream = new EventSource(`/v0/executions/${id}/stream`);
     stream.onmessage = (message) => {
@@ -191,16 +215,7 @@ export async function render(main, params, id) {
       target.textContent = live.get(delta.step_id);
     };
   }
-  const again = debounced(async () => {
-    const now = await refresh();
-    if (stream && TERMINAL.has(now.status)) { stream.close(); stream = null; }
-  });
-  const onChange = (event) => { if (event.detail.id === id) again(); };
-  window.addEventListener("rebuno:execution", onChange);
-  window.addEventListener("rebuno:resync", again);
-  return () => {
-    window.removeEventListener("rebuno:execution", onChange);
-    window.removeEventListener("rebuno:resync", again);
-    if (stream) stream.close();
-  };
+  loaded = true;
+  if (missed) again();
+  return cleanup;
 }

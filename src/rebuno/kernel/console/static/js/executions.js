@@ -71,10 +71,14 @@ function matches(execution, params) {
 
 export async function render(main, params) {
   const filters = Object.fromEntries(FILTERS.map((key) => [key, params.get(key)]));
+  // Listening before the first read; what changes meanwhile is applied once it is shown.
+  const early = [];
+  const buffer = (event) => early.push(event);
+  window.addEventListener("rebuno:execution", buffer);
   const [page, agents] = await Promise.all([
     api(`/v0/executions${query({ ...filters, cursor: params.get("cursor"), limit: 50 })}`),
     api("/v0/agents"),
-  ]);
+  ]).finally(() => window.removeEventListener("rebuno:execution", buffer));
   const table = executionTable(page.executions);
   const tbody = table.querySelector("tbody");
   const pager = h("p", { class: "row" });
@@ -104,5 +108,6 @@ export async function render(main, params) {
     }
   };
   window.addEventListener("rebuno:execution", onChange);
+  early.forEach(onChange);
   return () => window.removeEventListener("rebuno:execution", onChange);
 }
