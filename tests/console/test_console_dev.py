@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.cli.conftest import Stack
+from tests.cli.harness import SECRET
 from tests.console.conftest import create, document, execution, wait_for_status
 
 # One worker runs them all: one browser and one kernel of each mode, not one per worker.
@@ -233,3 +234,23 @@ def test_forking_from_an_event_opens_the_fork_linked_to_its_source(dev: Stack, p
     expect(page.locator("dl.facts").first).to_contain_text("Forked from")
     expect(page.locator(f'dl.facts a[href="#/executions/{source}"]')).to_be_visible()
     expect(page.locator("h1 .badge")).to_have_text("completed")
+
+
+def test_the_agents_page_shows_webhooks_and_never_the_secret(dev: Stack, page: Page) -> None:
+    page.goto(f"{dev.url}/ui#/agents")
+    row = page.locator('tr[data-agent="gated"]')
+    expect(row).to_contain_text("/webhook")
+    row.locator("a").first.click()
+
+    expect(page.locator("main h1")).to_contain_text("gated")
+    expect(page.locator("main")).to_contain_text("Recent executions")
+    assert SECRET not in page.content()
+
+
+def test_the_overview_counts_executions_and_charts_the_last_hour(dev: Stack, page: Page) -> None:
+    wait_for_status(dev, create(dev, "greeter", {"name": "di"}), "completed")
+    page.goto(f"{dev.url}/ui#/")
+
+    expect(page.locator('[data-tile="completed"] .value')).not_to_have_text("0")
+    expect(page.locator("svg.chart rect")).to_have_count(60)
+    expect(page.locator('[data-tile="queue depth"]')).to_be_visible()
