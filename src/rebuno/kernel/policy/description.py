@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult
-from rebuno.kernel.policy.loader import _parse_yaml, load_bundle
+from rebuno.kernel.policy.loader import load_bundle, parse_yaml
 from rebuno.protocol.enums import StepKind
 
 
@@ -31,7 +31,7 @@ def describe_bundle(text: str) -> dict[str, Any]:
     if not text:
         return {"default_action": None, "rules": []}
     bundle = load_bundle(text)
-    document = _parse_yaml(text)
+    document = parse_yaml(text)
     written: dict[str, dict[str, Any]] = {}
     if isinstance(document, dict) and isinstance(document.get("rules"), list):
         for item in document["rules"]:
