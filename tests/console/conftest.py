@@ -61,7 +61,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 _FAILED = pytest.StashKey[bool]()
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: while the sync API runs, its event loop counts as running in
+# this thread, and an asyncio test that comes after the console's tests could not start one.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
@@ -71,7 +73,7 @@ def playwright() -> Iterator[Playwright]:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     # `launch` gives each browser a fresh profile directory of its own.
     launched = playwright.chromium.launch(
