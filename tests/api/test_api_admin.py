@@ -1,4 +1,5 @@
-"""Admin routes (§5.3): agents, policies and approvals, plus the agent metadata route (§21.3)."""
+"""Admin routes (§5.3): agents, policies and approvals (the agent metadata route has its own
+file)."""
 
 from __future__ import annotations
 
@@ -107,23 +108,6 @@ async def test_deleted_agent_is_gone(client: httpx.AsyncClient) -> None:
     deleted = await client.delete("/v0/agents/writer")
     assert deleted.status_code == 204 and deleted.content == b""
     assert_error(await client.get("/v0/agents/writer"), 404, "not_found")
-
-
-async def test_agent_describes_itself_through_metadata(agent: AgentClient) -> None:
-    body = {"description": "researches", "input_schema": None, "output_schema": None}
-    response = await agent.request("PUT", f"/v0/agents/{AGENT}/metadata", body, lease=None)
-    assert response.status_code == 204
-
-
-async def test_agent_cannot_describe_another_agent(kernel: Kernel, agent: AgentClient) -> None:
-    await kernel.register_agent("writer", "http://127.0.0.1:9/w", "w", None, None)
-    response = await agent.request("PUT", "/v0/agents/writer/metadata", {}, lease=None)
-    assert_error(response, 403, "forbidden")
-
-
-async def test_metadata_needs_an_agent_signature(client: httpx.AsyncClient) -> None:
-    response = await client.put(f"/v0/agents/{AGENT}/metadata", json={})
-    assert_error(response, 401, "unauthorized")
 
 
 # -- policies -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.stream.memory import MemoryBus
-from tests.api.harness import TOKEN, AgentClient, assert_error
+from tests.api.harness import AGENT, TOKEN, AgentClient, assert_error
 from tests.support import wait_until
 
 FRAME_TIMEOUT = 5.0
@@ -202,3 +202,33 @@ async def test_a_delta_is_measured_as_it_travels_json_escaped(
     )
 
     assert posted.status_code == status, posted.text
+
+
+# -- the activity feed (§40.5) -------------------------------------------------------------
+
+
+async def test_the_activity_feed_names_a_created_execution_and_its_cancel(
+    live: httpx.AsyncClient, kernel: Kernel
+) -> None:
+    async with live.stream("GET", "/v0/activity") as response:
+        frames = Frames(response)
+        assert await frames.next() == ": ok"
+        made = await kernel.create_execution(AGENT, '{"big": "input"}', None)
+        created = await frames.next_data()
+        await kernel.cancel_execution(made.id)
+        while (ended := await frames.next_data())["execution"]["status"] != "cancelled":  # type: ignore[index]
+            pass
+
+    assert response.headers["content-type"] == "text/event-stream"
+    assert created["type"] == "execution"
+    summary = created["execution"]
+    assert isinstance(summary, dict) and summary["id"] == made.id
+    assert "input" not in summary and summary["status"] == "pending"
+    assert ended["execution"]["id"] == made.id  # type: ignore[index]
+
+
+async def test_the_activity_feed_needs_credentials(live_url: str) -> None:
+    async with httpx.AsyncClient(base_url=live_url) as anon:
+        response = await anon.get("/v0/activity", timeout=5)
+
+    assert_error(response, 401, "unauthorized")

@@ -71,4 +71,5 @@ HANDLERS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
 
 if __name__ == "__main__":
     agent_id = os.environ["AGENT_ID"]
-    Agent(agent_id).run(HANDLERS[agent_id], host="127.0.0.1", port=int(os.environ["PORT"]))
+    agent = Agent(agent_id, description=f"the {agent_id} of the CLI tests")
+    agent.run(HANDLERS[agent_id], host="127.0.0.1", port=int(os.environ["PORT"]))

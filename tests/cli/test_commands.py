@@ -54,6 +54,18 @@ def test_agents_ls_lists_the_manifest_agents_with_their_policy_size(stack: Stack
     assert rows["gated"].endswith("bytes")
 
 
+def test_agents_get_shows_what_the_agent_published(stack: Stack) -> None:
+    def published() -> bool:
+        return "description" in rebuno_json("agents", "get", "greeter", url=stack.url)
+
+    poll_until(published, 20, "the greeter to publish its metadata")
+    shown = rebuno("agents", "get", "greeter", url=stack.url)
+
+    assert "description: the greeter of the CLI tests" in shown.stdout
+    assert "input schema:" in shown.stdout
+    assert '    "name": {' in shown.stdout
+
+
 def test_agents_add_get_and_rm_round_trip_a_manifest_agent(stack: Stack, tmp_path: Path) -> None:
     manifest = tmp_path / "more.yaml"
     manifest.write_text(

@@ -41,6 +41,20 @@ def test_turns_of_a_session_are_listed_and_continue_one_another(stack: Stack) ->
     assert "created by: anonymous" in shown.stdout
 
 
+def test_exec_create_names_the_execution_by_its_short_id(stack: Stack) -> None:
+    created = rebuno(
+        "exec", "create", "greeter", '{"name": "fay"}', "--session", "s-9", url=stack.url
+    )
+
+    assert created.returncode == 0, created.stderr
+    short = created.stdout.split()[1]
+    assert len(short) == 18
+    assert created.stdout.splitlines()[0] == (
+        f"created {short} (pending); follow with 'rebuno exec watch {short}'"
+    )
+    assert wait_for_status(stack, short, "completed")["id"].startswith(short)
+
+
 def test_an_idempotency_key_makes_one_execution(stack: Stack) -> None:
     first = rebuno_json(
         "exec", "create", "greeter", '{"name": "cy"}', "--idempotency-key", "k-1", url=stack.url
@@ -59,6 +73,11 @@ def test_exec_fork_reruns_from_an_event(stack: Stack, tmp_path: Path) -> None:
     forked = rebuno("exec", "fork", source["id"][:20], "--at", "2", url=stack.url)
     assert forked.returncode == 0, forked.stderr
     fork_id = forked.stdout.split()[1]
+    assert forked.stdout == (
+        f"forked {fork_id} from {source['id'][:18]} at 2;"
+        f" follow with 'rebuno exec watch {fork_id}'\n"
+    )
+    assert len(fork_id) == 18
     done = wait_for_status(stack, fork_id, "completed")
     assert done["forked_from"] == source["id"]
     assert done["fork_seq"] == 2

@@ -57,20 +57,20 @@ def test_tables_align_on_the_text_not_on_the_colour_codes() -> None:
     assert plain == ["ID  STATUS     AGE", "a   completed  3s", "bb  x          4m"]
 
 
-def test_short_ids_grow_until_they_are_unique() -> None:
-    same_minute = [
+def test_short_ids_are_18_characters_and_grow_until_they_are_unique() -> None:
+    same_moment = [
         "01a22a08-67db-7763-9828-c67a81c44d15",
         "01a22a08-920d-7029-8d2a-d7619f9cd562",
-        "01a22a08-920d-7031-8d2a-d7619f9cd562",
+        "01a22a08-920d-7029-8d3b-d7619f9cd562",
     ]
     alone = "0f000000-0000-7000-8000-000000000000"
 
-    shown = short_ids([*same_minute, alone])
+    shown = short_ids([*same_moment, alone])
 
-    assert shown[alone] == "0f000000"
-    assert shown[same_minute[0]] == "01a22a08-6"
-    assert shown[same_minute[1]] == "01a22a08-920d-702"
-    assert len(set(shown.values())) == 4
+    assert shown[alone] == "0f000000-0000-7000"
+    assert shown[same_moment[0]] == "01a22a08-67db-7763"
+    assert shown[same_moment[1]] == "01a22a08-920d-7029-8d2"
+    assert shown[same_moment[2]] == "01a22a08-920d-7029-8d3"
 
 
 def test_one_line_cuts_long_values_with_an_ellipsis() -> None:

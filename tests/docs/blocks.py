@@ -200,6 +200,11 @@ def is_transcript(text: str) -> bool:
 _PLACEHOLDERS = (
     # An execution or approval id, a date-time, a clock time, an age: any of its kind.
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "[0-9a-f-]{36}"),
+    # A short id (its first 18 characters, longer where two would look alike).
+    (
+        re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}\b"),
+        "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}",
+    ),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z"), r"[0-9T:.Z-]+"),
     (re.compile(r"\b\d\d:\d\d:\d\d\b"), r"\d\d:\d\d:\d\d"),
     (re.compile(r"\(\d+[smhd] ago\)"), r"\(\d+[smhd] ago\)"),
@@ -208,10 +213,10 @@ _PLACEHOLDERS = (
 
 def output_pattern(expected: list[str]) -> re.Pattern[str]:
     """A pattern for a command's whole output, as the document shows it: `…` stands for any
-    text within a line, and a line holding only `…` for any number of lines; an id (UUID), a
-    date-time, a clock time and an age like `(3s ago)` stand for any of their kind; runs of
-    spaces match any run of spaces (table columns widen with longer values); trailing spaces
-    are ignored."""
+    text within a line, and a line holding only `…` for any number of lines; an id (a UUID, or
+    its 18-character short form), a date-time, a clock time and an age like `(3s ago)` stand
+    for any of their kind; runs of spaces match any run of spaces (table columns widen with
+    longer values); trailing spaces are ignored."""
     parts: list[str] = []
     for line in expected:
         if line.strip() == "…":

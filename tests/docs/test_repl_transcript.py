@@ -28,7 +28,8 @@ PROMPT = "rebuno> "
 THIS_TEST = "test_the_repl_transcript_of_the_cli_guide_is_what_the_repl_prints"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}(?:-[0-9a-f]{4}-[0-9a-f]{12})?")
+"""A UUID, or its short form (18 characters) as the CLI prints it."""
 
 
 def transcripts() -> list[Block]:

@@ -9,6 +9,8 @@ run unchanged against our kernel.
   completes with their outputs;
 - `child`: notes its run in SIDE, waits for SIGUSR1, answers its topic upper-cased;
 - `twostep`: two tools that note their runs in SIDE.
+Each agent publishes a description at start-up; `parent` and `twostep` also an output schema
+(a pydantic model, a dict).
 
 `idempotent URL` creates one `twostep` execution ten times at once under one key, and prints
 the ids it was answered.
@@ -22,6 +24,8 @@ import signal
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from pydantic import BaseModel
 
 import rebuno
 from rebuno import Agent, Client, Result, tool
@@ -96,6 +100,12 @@ async def idempotent(url: str) -> list[str]:
     return [execution.id for execution in created]
 
 
+class Found(BaseModel):
+    found: list[str]
+
+
+OUTPUT_SCHEMAS: dict[str, Any] = {"parent": Found, "twostep": {"type": "integer"}}
+
 HANDLERS: dict[str, Callable[..., Any]] = {
     "chat": chat,
     "parent": parent,
@@ -108,8 +118,12 @@ if __name__ == "__main__":
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # until the loop's handler is set
     if sys.argv[1] == "agent":
         name, url, port = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        Agent(name, secret="lineage-secret", base_url=url).run(
-            HANDLERS[name], host="127.0.0.1", port=port
-        )
+        Agent(
+            name,
+            secret="lineage-secret",
+            base_url=url,
+            description=f"the {name} of the lineage scenarios",
+            output_schema=OUTPUT_SCHEMAS.get(name),
+        ).run(HANDLERS[name], host="127.0.0.1", port=port)
     else:
         print(json.dumps(asyncio.run(idempotent(sys.argv[2]))))

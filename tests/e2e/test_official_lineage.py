@@ -1,6 +1,7 @@
-"""The official SDK 0.29.2, unchanged, through sessions, sub-agents, forks and idempotent
-creates (docs/protocol.md §24-§27), against `rebuno dev` and against two `rebuno server`
-replicas on PostgreSQL; and our SDK through the same scenarios, from the same agent code
+"""The official SDK 0.29.2, unchanged, through sessions, sub-agents, forks, idempotent creates
+and published agent metadata, counted in the reference dashboard's metrics (docs/protocol.md
+§24-§27, §36, §37), against `rebuno dev` and against two `rebuno server` replicas on
+PostgreSQL; and our SDK through the same scenarios, from the same agent code
 (tests/e2e/official_lineage.py), since its public names are the official SDK's."""
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.processes import (
     FAST_RECOVERY,
@@ -83,6 +87,16 @@ class World:
 
     def notes(self) -> list[str]:
         return self.side.read_text().split("\n")[:-1]
+
+
+def scrape(kernel: Kernel) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The kernel's `/metrics` samples by name and labels."""
+    text = httpx.get(f"{kernel.url}/metrics", timeout=5).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 @pytest.fixture(params=["official", "ours"])
@@ -191,3 +205,22 @@ def test_the_sdk_runs_conversations_sub_agents_forks_and_idempotent_creates(
     ids = set(json.loads(made.stdout))
     assert len(ids) == 1
     world.done(ids.pop())
+
+    # What each agent published at its start-up (§36), read through the first replica.
+    shown = {name: world.kernel.get(f"/v0/agents/{name}") for name in AGENTS}
+    for name, agent in shown.items():
+        assert agent["description"] == f"the {name} of the lineage scenarios", agent
+    assert shown["twostep"]["input_schema"]["title"] == "twostep"
+    assert shown["twostep"]["input_schema"]["required"] == ["n"]
+    assert shown["twostep"]["output_schema"] == {"type": "integer"}
+    assert shown["parent"]["output_schema"]["title"] == "Found"
+    assert "output_schema" not in shown["chat"]
+
+    # Each replica counts what it did itself; summed, they count every execution (§37).
+    listed = world.kernel.get("/v0/executions?limit=200")["executions"]
+    ended = Counter(execution["status"] for execution in listed)
+    samples = [scrape(kernel) for kernel in world.kernels]
+    assert sum(s[("rebuno_executions_created_total", ())] for s in samples) == len(listed)
+    for status in ("completed", "failed", "cancelled"):
+        key = ("rebuno_executions_completed_total", (("status", status),))
+        assert sum(s[key] for s in samples) == ended[status], status

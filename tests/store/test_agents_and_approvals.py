@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from rebuno.kernel.domain.errors import Conflict, NotFound
+from rebuno.kernel.domain.records import NO_METADATA, AgentMetadata
 from rebuno.kernel.store.base import Store
 from rebuno.protocol.enums import ApprovalStatus
 from tests.store.builders import agent, approval, seed_agent, seed_execution, seed_step
@@ -53,6 +54,42 @@ async def test_upsert_with_keep_bundle_of_a_new_agent_stores_its_bundle(store: S
         stored = await tx.upsert_agent(agent("a1", policy_bundle="first"), keep_bundle=True)
 
     assert stored.policy_bundle == "first"
+
+
+async def test_agent_metadata_round_trips_and_survives_a_re_registration(store: Store) -> None:
+    await seed_agent(store, "a1")
+    published = AgentMetadata("researches", '{"type":"object"}', '{"type":"string"}')
+
+    async with store.transaction() as tx:
+        await tx.update_agent_metadata("a1", published, LATER)
+    async with store.transaction() as tx:
+        upserted = await tx.upsert_agent(agent("a1", webhook_url="http://new"), keep_bundle=True)
+
+    expected = replace(
+        agent("a1", webhook_url="http://new"), metadata=published, metadata_updated_at=LATER
+    )
+    assert upserted == expected
+    assert await store.get_agent("a1") == expected
+    assert await store.list_agents() == [expected]
+    lean = await store.get_agent("a1", metadata=False)
+    assert (lean.metadata, lean.metadata_updated_at) == (NO_METADATA, None)
+
+
+async def test_agent_metadata_is_replaced_whole(store: Store) -> None:
+    await seed_agent(store, "a1")
+    async with store.transaction() as tx:
+        await tx.update_agent_metadata("a1", AgentMetadata("d", "{}", "{}"), START)
+    async with store.transaction() as tx:
+        await tx.update_agent_metadata("a1", NO_METADATA, LATER)
+
+    stored = await store.get_agent("a1")
+    assert (stored.metadata, stored.metadata_updated_at) == (NO_METADATA, LATER)
+
+
+async def test_metadata_of_an_unknown_agent_is_not_found(store: Store) -> None:
+    with pytest.raises(NotFound):
+        async with store.transaction() as tx:
+            await tx.update_agent_metadata("ghost", NO_METADATA, START)
 
 
 async def test_list_agents_is_sorted_by_id(store: Store) -> None:

@@ -96,3 +96,37 @@ def test_absent_input_binds_defaults_only() -> None:
     async def optional(limit: int = 5) -> None: ...
 
     assert InputBinder(optional).bind(None).kwargs == {"limit": 5}
+
+
+# -- the input schema an agent publishes (§36.1) ---------------------------------------------
+
+
+def test_keyword_fields_publish_a_schema_titled_with_the_handler() -> None:
+    assert InputBinder(fields).json_schema() == {
+        "properties": {
+            "prompt": {"title": "Prompt", "type": "string"},
+            "limit": {"default": 10, "title": "Limit", "type": "integer"},
+        },
+        "required": ["prompt"],
+        "title": "fields",
+        "type": "object",
+    }
+
+
+def test_a_model_parameter_publishes_the_models_schema() -> None:
+    assert InputBinder(model).json_schema() == Question.model_json_schema()
+
+
+@pytest.mark.parametrize("handler", [raw_dict, raw_untyped])
+def test_a_handler_taking_the_raw_input_publishes_no_schema(handler: Any) -> None:
+    assert InputBinder(handler).json_schema() is None
+
+
+def test_a_handler_without_parameters_publishes_an_empty_object() -> None:
+    schema = InputBinder(nothing).json_schema()
+    assert schema == {"properties": {}, "title": "nothing", "type": "object"}
+
+
+def test_extra_keywords_are_left_out_of_the_schema() -> None:
+    schema = InputBinder(open_ended).json_schema()
+    assert schema is not None and list(schema["properties"]) == ["prompt"]

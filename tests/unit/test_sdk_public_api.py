@@ -45,8 +45,10 @@ EXPECTED_ALL = {
 
 SIGNATURES = {
     "Agent": "(agent_id, *, secret=None, base_url=None, webhook_path='/webhook', "
-    "kernel_timeout=35.0, durability='durable', instance=None, check_kernel=None)",
+    "kernel_timeout=35.0, durability='durable', instance=None, check_kernel=None, "
+    "description=None, output_schema=None)",
     "Agent.bind": "(self, process)",
+    "Agent.publish_metadata": "(self)",
     "Agent.run": "(self, process, *, host='0.0.0.0', port=5000)",
     "Agent.join": "(self)",
     "Agent.close": "(self)",
@@ -92,6 +94,7 @@ EXTENDED = {
 
 ASYNC = [
     "Agent.join",
+    "Agent.publish_metadata",
     "Agent.close",
     "Client.create",
     "Client.get",

@@ -41,6 +41,10 @@ class AgentInfo(BaseModel):
     policy_bundle: str | None = None
     registered_at: str = ""
     lease_timeout_seconds: float | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    metadata_updated_at: str | None = None
 
 
 class AdminClient(Client):

@@ -20,7 +20,9 @@ from rebuno.types import Event, Execution
 
 WATCH_INTERVAL = 0.3
 """Seconds between two polls of `exec watch` and of the end of `exec stream`."""
-SHORT_ID = 8
+SHORT_ID = 18
+"""Characters of a short UUID (`01a05eb7-e102-78e9`): a UUIDv7's first 8 hex digits advance
+only about every 65 s, so shorter prefixes of ids made together would all look alike."""
 EVENTS_PAGE = 1000
 _TERMINAL_EVENTS = frozenset(
     {EventType.EXECUTION_COMPLETED, EventType.EXECUTION_FAILED, EventType.EXECUTION_CANCELLED}
@@ -52,8 +54,8 @@ _EVENT_STYLE = {
 def short_ids(ids: Sequence[str], minimum: int = SHORT_ID) -> dict[str, str]:
     """Each id's shortest prefix (at least `minimum` characters) no other id shares.
 
-    UUIDv7 ids start with their creation time, so ids made in the same minute share their
-    first 8 characters; the prefix grows just enough to tell them apart.
+    UUIDv7 ids start with their creation time, so ids made together share a long prefix; past
+    `minimum`, the prefix grows just enough to tell them apart.
     """
     ordered = sorted(set(ids))
     shortest: dict[str, str] = {}
@@ -143,7 +145,9 @@ async def create_execution(
     if out.json:
         out.json_value(dump(execution))
         return
-    out.line(f"created {execution.id} ({out.status(execution.status)})")
+    short = execution.id[:SHORT_ID]
+    status = out.status(execution.status)
+    out.line(f"created {short} ({status}); follow with 'rebuno exec watch {short}'")
     if execution.session and not execution.admitted_at:
         out.line(f"waiting in session {execution.session} for its earlier turns to end")
 
@@ -156,7 +160,11 @@ async def fork_execution(
     if out.json:
         out.json_value(dump(fork))
         return
-    out.line(f"forked {fork.id} from {source} at {at_seq}")
+    short = fork.id[:SHORT_ID]
+    out.line(
+        f"forked {short} from {source[:SHORT_ID]} at {at_seq};"
+        f" follow with 'rebuno exec watch {short}'"
+    )
 
 
 async def show_execution(client: AdminClient, out: Output, ident: str) -> None:
@@ -414,12 +422,33 @@ async def show_agent(client: AdminClient, out: Output, agent_id: str) -> None:
     out.field("registered", f"{agent.registered_at} ({age(agent.registered_at)} ago)")
     if agent.lease_timeout_seconds is not None:
         out.field("lease timeout", f"{agent.lease_timeout_seconds:g}s")
+    _show_metadata(out, agent)
     if not agent.policy_bundle:
         out.field("policy", out.style("none (permissive)", "dim"))
         return
     out.field("policy", "")
     for text in agent.policy_bundle.rstrip("\n").splitlines():
         out.line("  " + text)
+
+
+def _show_metadata(out: Output, agent: AgentInfo) -> None:
+    """What the agent published about itself (§36), each schema as indented JSON."""
+    if agent.description and "\n" not in agent.description:
+        out.field("description", agent.description)
+    elif agent.description:
+        _indented(out, "description", agent.description)
+    for label, schema in (
+        ("input schema", agent.input_schema),
+        ("output schema", agent.output_schema),
+    ):
+        if schema is not None:
+            _indented(out, label, json.dumps(schema, indent=2, ensure_ascii=False))
+
+
+def _indented(out: Output, label: str, text: str) -> None:
+    out.field(label, "")
+    for line in text.splitlines():
+        out.line("  " + line)
 
 
 async def add_agents(client: AdminClient, out: Output, manifest_path: str) -> None:

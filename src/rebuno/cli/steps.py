@@ -13,6 +13,9 @@ from rebuno.cli.operations import dump, short_ids
 from rebuno.cli.render import Output, one_line, relative
 from rebuno.types import Step
 
+STEP_SHORT_ID = 8
+"""Step ids are hashes, with no shared time prefix: 8 characters tell them apart."""
+
 OUTCOME_WIDTH = 40
 """Characters of a step's result or error a table shows, on one line."""
 
@@ -23,7 +26,7 @@ async def list_steps(client: AdminClient, out: Output, ident: str) -> None:
     if out.json:
         out.json_value([dump(step) for step in steps])
         return
-    shown = short_ids([step.step_id for step in steps])
+    shown = short_ids([step.step_id for step in steps], minimum=STEP_SHORT_ID)
     rows = [_step_row(out, step, shown) for step in steps]
     headers = ["STEP", "KIND", "TARGET", "STATUS", "ARGUMENTS", "OUTCOME"]
     out.table(headers, rows, empty="no steps")

@@ -5,7 +5,9 @@ A hook only bumps a number in nested dicts that the event loop's thread owns: no
 label lookup, no object built once a label combination has been seen. prometheus_client is
 used at scrape time only, to render the exposition format. Counts are per process and start
 at zero; Prometheus' `rate()` and `increase()` handle the restarts. Events are counted when
-their transaction writes them, so the rare transaction that fails at commit is still counted.
+their transaction writes them, so the rare transaction that fails at commit is still counted;
+only the executions created and ended that the reference dashboard reads wait for the commit
+(`counted_on_commit`).
 
 Must not import the services, the API or a store: they import this module.
 """
@@ -16,6 +18,8 @@ import logging
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence, Sized
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +38,8 @@ from rebuno.protocol.events import EventType
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+    from rebuno.kernel.domain.decision import StepDecision
+    from rebuno.kernel.domain.dispatch import DeliveryOutcome
     from rebuno.kernel.domain.records import Event
     from rebuno.kernel.policy.engine import Bundle, PolicyResult
     from rebuno.protocol.enums import ApprovalStatus, StepKind
@@ -47,6 +53,8 @@ UNMATCHED_ROUTE = "unmatched"
 _POLICY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 _HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 # A person answers in minutes or hours; the default approval timeout is 15 minutes.
+# The reference's layout for webhook attempts: an agent acknowledges in milliseconds.
+_DISPATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _APPROVAL_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 86400)
 
 _STATUS_OF_EVENT: dict[str, str] = {
@@ -64,7 +72,14 @@ class _Cells:
     """Values under up to three label values, kept in nested dicts so that reaching a cell
     already seen allocates nothing (no key tuple)."""
 
-    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labels: Sequence[str],
+        initial: Sequence[str] = (),
+    ) -> None:
+        """`initial`: the values of a family's one label whose series exist from the start."""
         self.name = name
         self.documentation = documentation
         self.labels = list(labels)
@@ -72,6 +87,8 @@ class _Cells:
         if not self.labels:
             # A series without labels exists from the start, so a scrape shows its zero.
             self._inner("", "")[""] = self._zero()
+        for value in initial:
+            self._inner(value, "")[""] = self._zero()
 
     def _zero(self) -> Any:
         return 0
@@ -126,8 +143,11 @@ class Histogram(_Cells):
         cell[bisect_left(self.bounds, value)] += 1
         cell[-1] += value
 
-    def family(self) -> Metric:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+    def family(self, name: str = "", documentation: str = "") -> Metric:
+        """Rendered under `name` when given: one histogram may be exported under two."""
+        family = HistogramMetricFamily(
+            name or self.name, documentation or self.documentation, labels=self.labels
+        )
         edges = [*(repr(float(bound)) for bound in self.bounds), "+Inf"]
         for labels, cell in self.items():
             cumulative, buckets = 0.0, []
@@ -184,6 +204,79 @@ HTTP_DURATION = Histogram(
     ["route", "method"],
     _HTTP_BUCKETS,
 )
+
+# -- the families the reference's dashboard reads (§37), beside ours -------------------------
+# Same counts as some of ours, under the names and label values that dashboard queries, every
+# value created at zero so that a fresh kernel already draws each bar.
+
+EXECUTIONS_CREATED = Counter(
+    "rebuno_executions_created", "Executions created (by a create, a fork or a sub-agent).", []
+)
+EXECUTIONS_COMPLETED = Counter(
+    "rebuno_executions_completed",
+    "Executions ended, by terminal status.",
+    ["status"],
+    ("completed", "failed", "cancelled"),
+)
+STEPS_SUBMITTED = Counter(
+    "rebuno_steps_submitted",
+    "Step submissions answered with a decision, by kind.",
+    ["kind"],
+    ("tool_call", "llm_call", "local"),
+)
+REPLAY = Counter(
+    "rebuno_replay",
+    "Step submissions, by whether they found a recorded step (hit) or were new.",
+    ["hit"],
+    ("true", "false"),
+)
+DISPATCH_OUTCOMES = Counter(
+    "rebuno_dispatch_outcomes",
+    "Webhook attempts: success (2xx), rejected (another status), exhausted (no answer).",
+    ["outcome"],
+    ("success", "rejected", "exhausted"),
+)
+DISPATCHES_RECLAIMED = Counter(
+    "rebuno_dispatches_reclaimed", "Dispatches whose expired lease the reaper requeued.", []
+)
+POLICY_DECISIONS = Counter(
+    "rebuno_policy_decisions",
+    "New steps decided, by the decision recorded (a budget's denial counts as deny).",
+    ["decision"],
+    ("allow", "deny", "require_approval"),
+)
+APPROVAL_OUTCOMES = Counter(
+    "rebuno_approval_outcomes",
+    "Approvals resolved, by outcome.",
+    ["outcome"],
+    ("granted", "denied", "expired"),
+)
+RATE_LIMIT_DECISIONS = Counter(
+    "rebuno_rate_limit_decisions",
+    "Rate-limited calls (refused or parked), and limiter failures that allowed or denied.",
+    ["outcome"],
+    ("limited", "error_allowed", "error_denied"),
+)
+WORKER_ERRORS = Counter(
+    "rebuno_worker_errors",
+    "Failed background ticks: dispatch (claims, deliveries, the reaper), singletons (sweeps).",
+    ["worker"],
+    ("dispatch", "singletons"),
+)
+LLM_USAGE_MISSING = Counter(
+    "rebuno_llm_usage_missing",
+    "LLM call results recorded without token usage a budget could count.",
+    [],
+)
+DISPATCH_LATENCY = Histogram(
+    "rebuno_dispatch_latency_seconds",
+    "Duration of each webhook attempt, to its answer or its failure.",
+    [],
+    _DISPATCH_BUCKETS,
+)
+_POLICY_LATENCY = "rebuno_policy_latency_seconds"
+"""`POLICY_EVALUATION` again, under the name the reference's dashboard reads."""
+
 _COUNTERS = (
     EVENTS,
     EXECUTIONS,
@@ -193,8 +286,24 @@ _COUNTERS = (
     DISPATCH_ATTEMPTS,
     LEASE_RECLAIMS,
     HTTP_REQUESTS,
+    EXECUTIONS_CREATED,
+    EXECUTIONS_COMPLETED,
+    STEPS_SUBMITTED,
+    REPLAY,
+    DISPATCH_OUTCOMES,
+    DISPATCHES_RECLAIMED,
+    POLICY_DECISIONS,
+    APPROVAL_OUTCOMES,
+    RATE_LIMIT_DECISIONS,
+    WORKER_ERRORS,
+    LLM_USAGE_MISSING,
 )
-_HISTOGRAMS = (APPROVAL_WAIT, POLICY_EVALUATION, HTTP_DURATION)
+_HISTOGRAMS = (APPROVAL_WAIT, POLICY_EVALUATION, HTTP_DURATION, DISPATCH_LATENCY)
+_ENDED = frozenset({"completed", "failed", "cancelled"})
+_POLICY_DECISION_OF: dict[Decision, str] = {
+    Decision.PROCEED: "allow",
+    Decision.DENIED: "deny",
+}
 
 
 class _Gauges:
@@ -212,12 +321,68 @@ def record_events(events: Iterable[Event]) -> None:
         status = _STATUS_OF_EVENT.get(event.type)
         if status is not None:
             EXECUTIONS.inc(status)
+            # A fork's log gets its own `execution.created` and copies no execution event.
+            if status == "pending":
+                _on_commit(EXECUTIONS_CREATED, "")
+            elif status in _ENDED:
+                _on_commit(EXECUTIONS_COMPLETED, status)
 
 
-def step_decided(kind: StepKind, decision: Decision) -> None:
+_HELD: ContextVar[list[tuple[Counter, str]] | None] = ContextVar("rebuno_held", default=None)
+
+
+@contextmanager
+def counted_on_commit() -> Iterator[None]:
+    """Around a transaction: the executions it creates and ends (§37) are counted once it
+    committed, never when it failed. Under concurrent idempotent creates (§27.1), every
+    loser's transaction writes its `execution.created` and then fails at commit; counted
+    before, each would show as an execution that never existed."""
+    held: list[tuple[Counter, str]] = []
+    token = _HELD.set(held)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+    for counter, label in held:
+        counter.inc(label)
+
+
+def _on_commit(counter: Counter, label: str) -> None:
+    held = _HELD.get()
+    if held is None:
+        counter.inc(label)
+    else:
+        held.append((counter, label))
+
+
+def step_decided(kind: StepKind, decision: Decision, recorded: bool) -> None:
+    """One answered submission. `recorded`: it found a step recorded under its id."""
     STEPS.inc(kind, decision)
+    STEPS_SUBMITTED.inc(kind)
+    REPLAY.inc("true" if recorded else "false")
     if decision is Decision.REPLAY:
         REPLAYS.inc(kind)
+
+
+def new_step_decided(answer: StepDecision) -> None:
+    """A new step decided by its verdict: the policy's decision, or the rate limit's."""
+    if answer.decision is Decision.RATE_LIMITED or (
+        answer.decision is Decision.BLOCKED and answer.approval_id is None
+    ):
+        RATE_LIMIT_DECISIONS.inc("limited")  # refused, or parked until a token is free
+    elif answer.decision is Decision.BLOCKED:
+        POLICY_DECISIONS.inc("require_approval")
+    elif (decision := _POLICY_DECISION_OF.get(answer.decision)) is not None:
+        POLICY_DECISIONS.inc(decision)
+
+
+def llm_usage_missing() -> None:
+    LLM_USAGE_MISSING.inc()
+
+
+def worker_failed(worker: str) -> None:
+    """A background tick failed: `dispatch` or `singletons`."""
+    WORKER_ERRORS.inc(worker)
 
 
 def evaluate_policy(
@@ -245,8 +410,13 @@ def delivery_finished() -> None:
     _Gauges.deliveries_in_flight -= 1
 
 
-def delivery_attempted(ok: bool) -> None:
-    DISPATCH_ATTEMPTS.inc("acked" if ok else "failed")
+def delivery_attempted(outcome: DeliveryOutcome, seconds: float) -> None:
+    DISPATCH_ATTEMPTS.inc("acked" if outcome.ok else "failed")
+    if outcome.ok:
+        DISPATCH_OUTCOMES.inc("success")
+    else:
+        DISPATCH_OUTCOMES.inc("rejected" if outcome.answered else "exhausted")
+    DISPATCH_LATENCY.observe(seconds)
 
 
 def dispatch_discarded() -> None:
@@ -260,10 +430,12 @@ def dispatch_exhausted() -> None:
 def leases_reclaimed(count: int) -> None:
     if count:
         LEASE_RECLAIMS.inc(amount=count)
+        DISPATCHES_RECLAIMED.inc(amount=count)
 
 
 def approval_resolved(status: ApprovalStatus, requested_at: datetime, now: datetime) -> None:
     APPROVAL_WAIT.observe((now - requested_at).total_seconds(), status)
+    APPROVAL_OUTCOMES.inc(status)
 
 
 # -- scrape time -----------------------------------------------------------------------------
@@ -289,6 +461,14 @@ class _Collector(Collector):
     def collect(self) -> Iterable[Metric]:
         for metric in (*_COUNTERS, *_HISTOGRAMS):
             yield metric.family()
+        yield POLICY_EVALUATION.family(
+            _POLICY_LATENCY, "Time to evaluate an agent's policy bundle for a new step."
+        )
+        yield GaugeMetricFamily(
+            "rebuno_queue_depth",
+            "Dispatches due for delivery and not yet claimed, read when scraped.",
+            value=_Gauges.queue_depth,
+        )
         yield GaugeMetricFamily(
             "rebuno_dispatch_deliveries_in_flight",
             "Webhook deliveries this replica is running now.",

@@ -196,6 +196,7 @@ async def _exit_when(stop: asyncio.Event, server: uvicorn.Server) -> None:
 
 def _announce(url: str) -> None:
     print(f"rebuno kernel listening on {url}", file=sys.stderr, flush=True)
+    print(f"rebuno console at {url}/ui", file=sys.stderr, flush=True)
 
 
 def _uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:

@@ -40,7 +40,23 @@ class InputBinder:
             p.kind is inspect.Parameter.VAR_KEYWORD for p in self._signature.parameters.values()
         )
         self._whole = _whole_input(params, self._hints) if not self._extra else None
-        self._fields = _fields_model(params, self._hints) if self._whole is None else None
+        name = getattr(handler, "__name__", "HandlerInput")
+        self._fields = _fields_model(name, params, self._hints) if self._whole is None else None
+
+    def json_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of the input the handler takes (§36.1): its model's, or that of
+        its keyword fields (titled with the handler's name); None for a handler that takes
+        the raw input, or whose annotations have no JSON Schema."""
+        model = self._fields
+        if self._whole is not None:
+            annotation = self._whole[1]
+            model = annotation if _is_model(annotation) else None
+        if model is None:
+            return None
+        try:
+            return model.model_json_schema()
+        except Exception:  # an arbitrary type pydantic validates but cannot describe
+            return None
 
     def bind(self, value: Any) -> BoundCall:
         """The handler's arguments for the execution input `value`."""
@@ -95,7 +111,7 @@ def _hints_one_by_one(handler: Callable[..., Any]) -> dict[str, Any]:
 
 
 def _fields_model(
-    params: list[inspect.Parameter], hints: dict[str, Any]
+    name: str, params: list[inspect.Parameter], hints: dict[str, Any]
 ) -> type[pydantic.BaseModel]:
     definitions: dict[str, Any] = {}
     for param in params:
@@ -105,7 +121,7 @@ def _fields_model(
         default = ... if param.default is inspect.Parameter.empty else param.default
         definitions[param.name] = (annotation, default)
     config = pydantic.ConfigDict(protected_namespaces=(), arbitrary_types_allowed=True)
-    return pydantic.create_model("HandlerInput", __config__=config, **definitions)
+    return pydantic.create_model(name, __config__=config, **definitions)
 
 
 def _is_model(annotation: Any) -> bool:

@@ -108,6 +108,11 @@ class KernelClient:
         body = encode_json({"instance": instance, "incarnation": incarnation})
         await self._send("POST", f"/v0/agents/{segment(self.agent_id)}/instances", body)
 
+    async def publish_metadata(self, body: bytes) -> None:
+        """`PUT /v0/agents/{id}/metadata` (§36.1): the agent's description and schemas, as
+        a JSON object of all three members, sent without a lease."""
+        await self._send("PUT", f"/v0/agents/{segment(self.agent_id)}/metadata", body)
+
     async def health(self) -> Response:
         """`GET /v0/health`, unsigned, whatever its status: the start-up check's first look.
         Raises `NetworkError` when no answer came."""

@@ -43,6 +43,7 @@ from rebuno.sdk._diagnostics import (
 from rebuno.sdk._inputs import InputBinder
 from rebuno.sdk._instance import Instance, configured_name
 from rebuno.sdk._kernel import KernelClient, encode_json
+from rebuno.sdk._metadata import Publication, Schema, checked_schema
 from rebuno.sdk._webhook import Deliveries, Delivery, parse_delivery
 from rebuno.sdk.errors import (
     Blocked,
@@ -96,6 +97,10 @@ class Agent:
             and its secret, and refuses to start otherwise, with one line saying why; defaults
             to `REBUNO_CHECK_KERNEL` (on unless `false`). Turn it off for an agent that may
             start before its kernel.
+        description: What the agent does, published to the kernel with the JSON Schemas of
+            its input and output (see `publish_metadata`) and shown by `GET /v0/agents/{id}`.
+        output_schema: The JSON Schema of the handler's output: a dict, or a pydantic model
+            class whose schema is sent. The input schema comes from the handler's signature.
 
     Example:
         agent = Agent("hello", secret="dev-secret", base_url="http://127.0.0.1:8080")
@@ -117,6 +122,8 @@ class Agent:
         durability: Durability = "durable",
         instance: str | None = None,
         check_kernel: bool | None = None,
+        description: str | None = None,
+        output_schema: Schema | None = None,
     ) -> None:
         if not agent_id:
             raise ValueError("agent_id must be a non-empty string")
@@ -143,9 +150,31 @@ class Agent:
         )
         self._refused = Throttle()
         self._instance = Instance(self._kernel, configured_name(instance))
+        self._metadata = Publication(
+            self._kernel, description, checked_schema(output_schema, "output_schema"), self._schema
+        )
         self._handler: Callable[..., Any] | None = None
         self._binder: InputBinder | None = None
         self._deliveries = Deliveries()
+
+    @property
+    def description(self) -> str | None:
+        return self._metadata.description
+
+    @property
+    def output_schema(self) -> Schema | None:
+        return self._metadata.output_schema
+
+    async def publish_metadata(self) -> None:
+        """Publish the description and the input and output schemas to the kernel, and wait
+        for it. The app publishes once by itself, at its lifespan start-up or else on the
+        first webhook; this awaits that publication (starting it if need be). Only a kernel
+        that could not be reached is asked again, on the next webhook; a refusal is logged
+        and not retried until the process restarts. Never raises for the kernel's answer."""
+        await self._metadata.start()
+
+    def _schema(self) -> dict[str, Any] | None:
+        return self._binder.json_schema() if self._binder is not None else None
 
     @property
     def instance(self) -> str | None:
@@ -211,6 +240,7 @@ class Agent:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._instance.close()
+        await self._metadata.close()
         await self._kernel.aclose()
 
     async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -242,6 +272,7 @@ class Agent:
                 await send({"type": "lifespan.startup.complete"})
                 # In the background, once the server is told it may open its port.
                 self._instance.announce()
+                self._metadata.start()
             elif message["type"] == "lifespan.shutdown":
                 await self.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -276,6 +307,7 @@ class Agent:
             # Refused, not acknowledged: the kernel redelivers once a handler is bound.
             await _respond(send, 503, {"error": "no handler bound: call agent.bind(process)"})
         else:
+            self._metadata.start()
             named = await self._named(scope, delivery)
             await _respond(send, 200, {"accepted": self._accept(delivery)}, named)
 

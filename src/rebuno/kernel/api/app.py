@@ -14,6 +14,7 @@ from starlette.types import ASGIApp
 
 from rebuno.kernel.api.auth import Authenticator, Gate
 from rebuno.kernel.api.errors import http_exception_handler
+from rebuno.kernel.api.routes.activity import ActivityRoutes
 from rebuno.kernel.api.routes.agents import AgentRoutes
 from rebuno.kernel.api.routes.api_keys import ApiKeyRoutes
 from rebuno.kernel.api.routes.approvals import ApprovalRoutes
@@ -24,6 +25,7 @@ from rebuno.kernel.api.routes.steps import StepRoutes
 from rebuno.kernel.api.routes.stream import StreamRoutes
 from rebuno.kernel.api.routing import DirectRoutes, MethodRoute
 from rebuno.kernel.config import Settings
+from rebuno.kernel.console.routes import ConsoleRoutes
 from rebuno.kernel.service.kernel import Kernel
 
 
@@ -41,6 +43,8 @@ def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
         *ApprovalRoutes(kernel, gate).routes(),
         *ApiKeyRoutes(kernel, gate).routes(),
         *OperationalRoutes(kernel, gate).routes(),
+        *ActivityRoutes(kernel, gate, settings.sse_keepalive).routes(),
+        *ConsoleRoutes(settings, authenticator, gate).routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_exception_handler})
     # A trailing-slash redirect would be a 3xx, which SDK 0.29.2 treats as an error anyway.

@@ -25,6 +25,7 @@ from rebuno.kernel.api.body import read_body
 from rebuno.kernel.api.errors import Endpoint
 from rebuno.kernel.api.params import is_agent_id
 from rebuno.kernel.api.routing import Access, Credential, Handler
+from rebuno.kernel.api.session import SESSION_COOKIE, require_csrf
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.api_key import TOKEN_PREFIX
 from rebuno.kernel.domain.errors import Unauthorized
@@ -86,28 +87,42 @@ class Authenticator:
         self._key_of = key_of
         self._clock = clock
 
-    async def authenticate(self, headers: Headers) -> Principal:
-        """The principal of a bearer request (§34.1), or `Unauthorized`. Server mode: exactly
-        one `Authorization: Bearer <token>`. Dev mode: a `Bearer rbk_…` token is verified as
+    async def authenticate(self, request: Request) -> Principal:
+        """The principal of a bearer request (§34.1), or `Unauthorized`. Server mode: the token
+        `client_token` extracts (the one `Authorization: Bearer` header, else the console's
+        session cookie with its CSRF check). Dev mode: a `Bearer rbk_…` header is verified as
         in server mode, anything else is anonymous."""
-        values = headers.getlist("authorization")
-        presented = values[0] if len(values) == 1 else ""
-        if self._dev and not presented.startswith(BEARER_PREFIX + TOKEN_PREFIX):
-            return ANONYMOUS
-        if not presented.startswith(BEARER_PREFIX):
+        if self._dev:
+            values = request.headers.getlist("authorization")
+            presented = values[0] if len(values) == 1 else ""
+            if not presented.startswith(BEARER_PREFIX + TOKEN_PREFIX):
+                return ANONYMOUS
+        token = client_token(request)
+        if token is None:
             raise Unauthorized(_BAD_BEARER)
-        return await self.verify_token(presented[len(BEARER_PREFIX) :])
+        return await self.verify_token(token)
 
-    async def verify_token(self, token: str) -> Principal:
+    async def verify_token(self, received: bytes) -> Principal:
         """The principal a presented token authenticates, wherever it was presented: the
         bootstrap token, or a live API key's token (§34.4); else `Unauthorized`."""
-        # Header text arrives latin-1 decoded; encoding it back gives the bytes as sent.
-        received = token.encode("latin-1", "replace")
         if self._bootstrap is not None and hmac.compare_digest(received, self._bootstrap):
             return BOOTSTRAP
-        if token.startswith(TOKEN_PREFIX) and (principal := await self._key_of(token)):
+        prefix = TOKEN_PREFIX.encode("ascii")
+        if (
+            received.startswith(prefix)
+            and received.isascii()
+            and (principal := await self._key_of(received.decode("ascii")))
+        ):
             return principal
         raise Unauthorized(_BAD_BEARER)
+
+    async def accepts(self, token: bytes) -> bool:
+        """Whether `token` authenticates anyone (the console's sign-in, §40.2)."""
+        try:
+            await self.verify_token(token)
+        except Unauthorized:
+            return False
+        return True
 
     async def require_known_agent(self, headers: Headers) -> str:
         """The secret of the agent the headers name, checked before any body is read: a
@@ -157,6 +172,24 @@ class Authenticator:
             signature,
             now=self._clock().timestamp(),
         )
+
+
+def client_token(request: Request) -> bytes | None:
+    """The credential a client presents (§2.1, §40.2), or None: the token of the one
+    `Authorization: Bearer` header, else the console's session cookie, which a request that
+    changes state must back with its CSRF token. Only extracts; `Authenticator` verifies."""
+    values = request.headers.getlist("authorization")
+    if values:
+        # Header text arrives latin-1 decoded; encoding it back gives the bytes as sent.
+        received = values[0].encode("latin-1", "replace")
+        prefix = BEARER_PREFIX.encode("ascii")
+        return received[len(prefix) :] if len(values) == 1 and received.startswith(prefix) else None
+    session = request.cookies.get(SESSION_COOKIE)
+    if not session:
+        return None
+    token = session.encode("utf-8")
+    require_csrf(request, token)
+    return token
 
 
 def seen_request(agent_id: str, signature: str, timestamp: str) -> SeenRequest:
@@ -281,7 +314,7 @@ class Gate:
 
     def _admit_bearer(self, endpoint: Endpoint, scopes: tuple[Scope, ...]) -> Endpoint:
         async def admit(request: Request) -> Response:
-            principal = await self._auth.authenticate(request.headers)
+            principal = await self._auth.authenticate(request)
             for scope in scopes:
                 principal.require(scope)
             request.scope[PRINCIPAL_SCOPE_KEY] = principal

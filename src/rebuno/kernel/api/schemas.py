@@ -159,6 +159,11 @@ def render_agent(agent: Agent) -> dict[str, Any]:
     body["registered_at"] = format_timestamp(agent.registered_at)
     if agent.lease_timeout_seconds is not None:
         body["lease_timeout_seconds"] = _number(agent.lease_timeout_seconds)
+    # §36.2: what the agent published about itself, each member omitted while unpublished.
+    _set(body, "description", agent.metadata.description)
+    _set(body, "input_schema", _raw(agent.metadata.input_schema))
+    _set(body, "output_schema", _raw(agent.metadata.output_schema))
+    _set_time(body, "metadata_updated_at", agent)
     return body
 
 

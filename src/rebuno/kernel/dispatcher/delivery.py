@@ -72,7 +72,7 @@ class HttpDeliverer:
             pool, target = await self._pool_for(url, timeout_seconds)
             response = await pool.request("POST", target, headers, body)
         except (TransportError, ValueError) as exc:
-            return DeliveryOutcome(False, f"{type(exc).__name__}: {exc}")
+            return DeliveryOutcome(False, f"{type(exc).__name__}: {exc}", answered=False)
         if 200 <= response.status < 300:
             return DeliveryOutcome(True, instance=_instance(response.headers))
         return DeliveryOutcome(False, f"agent answered {response.status}")

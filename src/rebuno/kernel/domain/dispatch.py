@@ -28,6 +28,8 @@ expiry past what timestamps can hold and stop lease recovery."""
 class DeliveryOutcome:
     ok: bool
     detail: str = ""
+    answered: bool = True
+    """Whether the agent answered at all (False: no connection, a timeout, a bad URL)."""
     instance: AgentInstance | None = None
     """Who acknowledged it, when the agent named itself (`agent-instances`)."""
 

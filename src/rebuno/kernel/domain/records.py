@@ -24,6 +24,19 @@ RawJson = str
 
 
 @dataclass(frozen=True, slots=True)
+class AgentMetadata:
+    """What an agent publishes about itself (§36): a description and the JSON Schemas of its
+    input and output, as canonical JSON text. None is "not published"."""
+
+    description: str | None = None
+    input_schema: RawJson | None = None
+    output_schema: RawJson | None = None
+
+
+NO_METADATA = AgentMetadata()
+
+
+@dataclass(frozen=True, slots=True)
 class Agent:
     id: str
     webhook_url: str
@@ -31,6 +44,9 @@ class Agent:
     policy_bundle: str | None
     lease_timeout_seconds: float | None
     registered_at: datetime
+    metadata: AgentMetadata = NO_METADATA
+    metadata_updated_at: datetime | None = None
+    """When the agent last published its metadata; None while it never has."""
 
 
 @dataclass(frozen=True, slots=True)

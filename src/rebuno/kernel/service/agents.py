@@ -6,16 +6,22 @@ Must not import a concrete store backend, the API, or httpx.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from rebuno.kernel.config import webhook_targets
 from rebuno.kernel.domain.dispatch import lease_timeout_problem
 from rebuno.kernel.domain.errors import NotFound, ValidationFailed
-from rebuno.kernel.domain.records import Agent
+from rebuno.kernel.domain.records import Agent, AgentMetadata
+from rebuno.kernel.policy.description import Probe, describe_bundle, try_bundle
 from rebuno.kernel.service.base import ServiceBase
 
 # Secrets are read on every signed agent request. A short cache saves that read; a secret
 # rotated on another replica is honoured here within this many seconds.
 SECRET_TTL_SECONDS = 5.0
+MAX_DESCRIPTION_BYTES = 8 * 1024
+MAX_SCHEMA_BYTES = 256 * 1024
+"""Bounds of what an agent publishes about itself (§36.1), in bytes of UTF-8: the
+description, and each schema as canonical JSON."""
 SECRETS_REMEMBERED = 4096
 """Ids remembered at most, known or not, the oldest forgotten first: anyone may send any
 `Rebuno-Agent-Id`, so the cache must not grow with what they send."""
@@ -27,7 +33,7 @@ class AgentUseCases(ServiceBase):
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         try:
-            secret: str | None = (await self.store.get_agent(agent_id)).secret
+            secret: str | None = (await self.store.get_agent(agent_id, metadata=False)).secret
         except NotFound:
             secret = None
         self.secrets[agent_id] = (time.monotonic() + SECRET_TTL_SECONDS, secret)
@@ -80,6 +86,13 @@ class AgentUseCases(ServiceBase):
             await tx.delete_agent(agent_id)
         self._forget(agent_id)
 
+    async def publish_metadata(self, agent_id: str, metadata: AgentMetadata) -> None:
+        """§36.1: replaces what the agent said about itself, whole; the last writer wins."""
+        if (problem := metadata_problem(metadata)) is not None:
+            raise ValidationFailed(f"validation error: {problem}")
+        async with self.transaction() as tx:
+            await tx.update_agent_metadata(agent_id, metadata, self.clock())
+
     async def set_policy(self, agent_id: str, bundle: str) -> None:
         """Validates before storing, so a bad bundle never replaces the one in force."""
         if bundle:
@@ -87,5 +100,30 @@ class AgentUseCases(ServiceBase):
         async with self.transaction() as tx:
             await tx.set_policy_bundle(agent_id, bundle or None)
 
+    async def check_policy(
+        self, agent_id: str, bundle: str | None, probe: Probe | None
+    ) -> dict[str, Any]:
+        """§40.6: a bundle (the agent's current one when None) validated by the loader and
+        described, and with a probe, what it would decide for that step. Stores nothing."""
+        if bundle is None:
+            bundle = (await self.store.get_agent(agent_id)).policy_bundle or ""
+        checked = describe_bundle(bundle)
+        if probe is not None:
+            checked["decision"] = try_bundle(bundle, probe)
+        return checked
+
     def _forget(self, agent_id: str) -> None:
         self.secrets.pop(agent_id, None)
+
+
+def metadata_problem(metadata: AgentMetadata) -> str | None:
+    """What exceeds §36.1's bounds, if anything."""
+    fields = (
+        ("description", metadata.description, MAX_DESCRIPTION_BYTES),
+        ("input_schema", metadata.input_schema, MAX_SCHEMA_BYTES),
+        ("output_schema", metadata.output_schema, MAX_SCHEMA_BYTES),
+    )
+    for name, value, limit in fields:
+        if value is not None and len(value.encode("utf-8", "surrogatepass")) > limit:
+            return f"{name} is longer than {limit} bytes"
+    return None

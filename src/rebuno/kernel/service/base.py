@@ -20,6 +20,7 @@ from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.records import Dispatch, Execution
 from rebuno.kernel.policy.loader import BundleCache
+from rebuno.kernel.service.activity import Activity
 from rebuno.kernel.service.shortcuts import Shortcuts
 from rebuno.kernel.store.base import Store, Transaction, Unchanged, execution_lock, session_lock
 from rebuno.kernel.stream.bus import StreamBus
@@ -79,6 +80,8 @@ class ServiceBase:
         """Readers waiting for an execution to end, woken when a use case may have ended it."""
         self.shortcuts = Shortcuts(settings.shortcuts)
         """What this process knows that may spare work; advisory only (`shortcuts.py`)."""
+        self.activity = Activity()
+        """Who watches executions change (§40.5), told after each commit on one."""
 
     @asynccontextmanager
     async def transaction(
@@ -86,9 +89,13 @@ class ServiceBase:
     ) -> AsyncIterator[Transaction]:
         """The store's transaction, and once it committed, a wake-up for whoever waits on
         this execution's event log in this process."""
-        async with self.store.transaction(execution_id, unchanged) as tx:
-            yield tx
-        if execution_id is not None and (waiting := self.appended.pop(execution_id, None)):
+        with metrics.counted_on_commit():
+            async with self.store.transaction(execution_id, unchanged) as tx:
+                yield tx
+        if execution_id is None:
+            return
+        self.activity.touched(execution_id)
+        if waiting := self.appended.pop(execution_id, None):
             waiting.set()
 
     def on_append(self, execution_id: str) -> Wake:
@@ -105,6 +112,7 @@ class ServiceBase:
         Called after every use case that may end an execution here, and for the ends other
         replicas announce."""
         self.shortcuts.ended(execution_id)
+        self.activity.touched(execution_id)
         if waiting := self.ends.pop(execution_id, None):
             waiting.record = record
             waiting.set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from datetime import datetime
 
@@ -113,6 +114,7 @@ class DispatchUseCases(ServiceBase):
                 status = ExecutionStatus.RUNNING
             extensions = (*extensions, EXECUTION_INPUT)
             carry = carried(status.value, text)
+        started = time.perf_counter()
         outcome = await deliverer.deliver(
             claimed.agent.webhook_url,
             claimed.agent.secret,
@@ -122,7 +124,7 @@ class DispatchUseCases(ServiceBase):
             extensions=extensions,
             carried=carry,
         )
-        metrics.delivery_attempted(outcome.ok)
+        metrics.delivery_attempted(outcome, time.perf_counter() - started)
         if outcome.ok:
             log.debug(
                 "delivered: execution_id=%s dispatch_id=%s attempt=%d",
@@ -338,6 +340,7 @@ class DispatchLoop:
         try:
             batch = await self._kernel.claim(self._idle)
         except Exception:
+            metrics.worker_failed("dispatch")
             log.exception("claiming dispatches failed; retrying after the idle poll")
             return
         for claimed in batch:
@@ -353,6 +356,7 @@ class DispatchLoop:
         try:
             await self._kernel.deliver(claimed, self._deliverer)
         except Exception:
+            metrics.worker_failed("dispatch")
             # The claim stays in flight and the reaper returns it after the lease.
             log.exception(
                 "recording delivery failed: execution_id=%s dispatch_id=%s",

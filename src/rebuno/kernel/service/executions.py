@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -31,6 +31,7 @@ from rebuno.kernel.domain.execution import (
 )
 from rebuno.kernel.domain.principal import ANONYMOUS, Principal
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, SeenRequest, Step
+from rebuno.kernel.service.activity import Watcher
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
@@ -40,6 +41,7 @@ from rebuno.kernel.store.base import (
     Outcomes,
     Page,
     Stale,
+    Store,
     Transaction,
     Unchanged,
     Wanted,
@@ -119,6 +121,7 @@ class ExecutionUseCases(ServiceBase):
                 raise
             return Created(_same_spawn(earlier, origin), repeat=True)
         self.shortcuts.created(execution.id)
+        self.activity.touched(execution.id)
         self.wake()
         return Created(execution, repeat=False)
 
@@ -232,6 +235,20 @@ class ExecutionUseCases(ServiceBase):
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self.store.list_executions(flt)
+
+    async def watch_executions(
+        self, watcher: Watcher, quiet: float
+    ) -> AsyncGenerator[list[Execution] | None, None]:
+        """The activity feed (§40.5): batches of executions as they are now, one per
+        wake-up; an empty batch after `quiet` seconds without one, `None` when the watcher lost
+        count. Each is read from the store, so the feed is never a second record."""
+        while True:
+            ids = await watcher.changed(quiet)
+            if ids is None:
+                yield None
+                continue
+            found = [await _maybe_current(self.store, one) for one in ids]
+            yield [one for one in found if one is not None]
 
     async def list_events(
         self, execution_id: str, after_seq: int, limit: int, wait: float = 0.0
@@ -548,6 +565,13 @@ async def check_spawn(
             above = ancestor.spawned_by_execution_id
             ancestor = None if above is None else await _maybe(tx, above)
     return parent
+
+
+async def _maybe_current(store: Store, execution_id: str) -> Execution | None:
+    try:
+        return await store.get_execution(execution_id)
+    except NotFound:  # deleted by retention since it changed: nothing to show
+        return None
 
 
 async def _maybe(tx: Transaction, execution_id: str) -> Execution | None:

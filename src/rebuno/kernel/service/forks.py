@@ -98,6 +98,7 @@ class ForkUseCases(ServiceBase):
             await self.enqueue(tx, batch, self.new_dispatch(fork.id, now))
             await flush(tx, fork, batch)
         self.shortcuts.created(fork.id)
+        self.activity.touched(fork.id)
         self.wake()
         return replace(fork, last_event_seq=batch.last_seq)
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
+from rebuno.kernel import metrics
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
 from rebuno.kernel.service.base import log
 from rebuno.kernel.service.dispatches import reclaim_expired_leases
@@ -100,13 +101,17 @@ async def deadline_tick(kernel: Kernel) -> None:
     await repair_lineage(kernel)
 
 
-async def every(interval: timedelta, tick: Callable[[], Awaitable[object]], name: str) -> None:
-    """Runs `tick` now and then every `interval`; errors are logged, never fatal."""
+async def every(
+    interval: timedelta, tick: Callable[[], Awaitable[object]], name: str, worker: str
+) -> None:
+    """Runs `tick` now and then every `interval`; errors are logged and counted under
+    `worker` (`dispatch` or `singletons`, §37), never fatal."""
     seconds = max(interval.total_seconds(), 0.001)
     while True:
         try:
             await tick()
         except Exception:
+            metrics.worker_failed(worker)
             log.exception("background job %s failed; retrying in %.3fs", name, seconds)
         await asyncio.sleep(seconds)
 
@@ -135,11 +140,20 @@ def jobs(kernel: Kernel) -> list[tuple[str, Coroutine[Any, Any, None]]]:
     loops: list[tuple[str, Coroutine[Any, Any, None]]] = [
         (
             "lease-reaper",
-            every(reaper_interval(kernel), lambda: reclaim_expired_leases(kernel), "reaper"),
+            every(
+                reaper_interval(kernel),
+                lambda: reclaim_expired_leases(kernel),
+                "reaper",
+                "dispatch",
+            ),
         ),
-        ("sweep", every(settings.cleanup_interval, as_leader(kernel, key, sweep), "sweep")),
+        (
+            "sweep",
+            every(settings.cleanup_interval, as_leader(kernel, key, sweep), "sweep", "singletons"),
+        ),
     ]
     if settings.deadline_check_interval > timedelta(0):
         deadlines = as_leader(kernel, f"{key}:deadlines", deadline_tick)
-        loops.append(("deadlines", every(settings.deadline_check_interval, deadlines, "deadlines")))
+        interval = settings.deadline_check_interval
+        loops.append(("deadlines", every(interval, deadlines, "deadlines", "singletons")))
     return loops

@@ -97,7 +97,7 @@ class StepUseCases(ServiceBase):
             slot = Slot(occurrence, step_id_for(occurrence), None, kernel_counted=False)
             replayed = await self._replay_unlocked(execution_id, agent_id, lease, request, slot)
             if replayed is not None:
-                metrics.step_decided(request.kind, replayed.decision)
+                metrics.step_decided(request.kind, replayed.decision, recorded=True)
                 return replayed
         async with self.transaction(execution_id) as tx:
             now = self.clock()
@@ -106,7 +106,7 @@ class StepUseCases(ServiceBase):
             execution = sub.execution
             refused = admit(execution, agent_id, LeaseView(lease, sub.lease_live))
             if refused is not None:
-                metrics.step_decided(request.kind, refused.decision)
+                metrics.step_decided(request.kind, refused.decision, recorded=False)
                 return refused
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
@@ -128,7 +128,9 @@ class StepUseCases(ServiceBase):
             await flush(tx, plan.execution, batch)
         if woke:
             self.wake()
-        metrics.step_decided(request.kind, plan.decision.decision)
+        metrics.step_decided(request.kind, plan.decision.decision, slot.recorded is not None)
+        if submitted.verdict is not None:
+            metrics.new_step_decided(plan.decision)
         if policy_free:
             return replace(plan.decision, policy_free=True)
         return plan.decision
@@ -478,6 +480,8 @@ def record_outcome(
 ) -> Step:
     if result is not None:
         usage = extract_usage(result) if step.kind is StepKind.LLM_CALL else None
+        if usage is None and step.kind is StepKind.LLM_CALL:
+            metrics.llm_usage_missing()
         done = steps.finish(step, StepStatus.SUCCEEDED, batch.now, result=result, usage=usage)
         usage_fields = {"input_tokens": usage[0], "output_tokens": usage[1]} if usage else None
         batch.step(EventType.STEP_SUCCEEDED, done, usage=usage_fields)

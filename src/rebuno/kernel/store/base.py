@@ -28,6 +28,7 @@ from typing import Generic, Protocol, TypeVar
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.records import (
     Agent,
+    AgentMetadata,
     Approval,
     Dispatch,
     Event,
@@ -70,6 +71,9 @@ class ExecutionFilter:
     status: ExecutionStatus | None = None
     cursor: str | None = None
     """Return executions whose id is strictly smaller than this one."""
+    floor: str | None = None
+    """Return executions whose id is this one or larger: with `cursor`, an id range, which is
+    also a creation-time range since ids are UUIDv7 (§40.4)."""
     limit: int = 50
     session: str | None = None
     payload_limit: int = LISTED_PAYLOAD_BYTES
@@ -435,6 +439,13 @@ class Transaction(Protocol):
         """Sets `revoked_at` unless it is set already; raises `NotFound`."""
         ...
 
+    async def update_agent_metadata(
+        self, agent_id: str, metadata: AgentMetadata, now: datetime
+    ) -> None:
+        """Replaces the agent's metadata whole and sets `metadata_updated_at` to `now`, in
+        one statement (§36.1). Raises `NotFound`."""
+        ...
+
 
 class StepIdFn(Protocol):
     def __call__(self, occurrence: int) -> str: ...
@@ -515,7 +526,10 @@ class Store(Protocol):
         Raises `NotFound`."""
         ...
 
-    async def get_agent(self, agent_id: str) -> Agent: ...
+    async def get_agent(self, agent_id: str, *, metadata: bool = True) -> Agent:
+        """Raises `NotFound`. Without `metadata`, the record's metadata is left unread
+        (`NO_METADATA`): the secret lookup behind every signed request needs none of it."""
+        ...
 
     async def list_agents(self) -> list[Agent]: ...
 

@@ -1,5 +1,5 @@
 """Agent administration (§5.3, bearer), and the agent's own routes (HMAC): its metadata
-(§21.3) and the announcement of a restarted instance (`agent-instances`).
+(§36) and the announcement of a restarted instance (`agent-instances`).
 
 The secret goes in with a registration and never comes back out. Must not import a store
 backend or the dispatcher.
@@ -13,11 +13,20 @@ from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
-from rebuno.kernel.api.body import is_text, number_field, parse_object, text_field
+from rebuno.kernel.api.body import (
+    JsonObject,
+    is_text,
+    number_field,
+    off_loop,
+    parse_object,
+    text_field,
+)
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, no_content, render_agent
 from rebuno.kernel.domain.errors import Forbidden, ValidationFailed
+from rebuno.kernel.domain.records import AgentMetadata, RawJson
 from rebuno.kernel.service.kernel import Kernel
+from rebuno.protocol.canonical import dumps
 from rebuno.protocol.enums import Scope
 from rebuno.protocol.extensions import AgentInstance, is_incarnation, is_instance_name
 
@@ -83,11 +92,14 @@ class AgentRoutes:
         return no_content()
 
     async def metadata(self, request: Request) -> Response:
-        """§21.3: accepted so SDK 0.29.2 starts quietly; the kernel has no use for it yet."""
+        """§36.1: the agent's description and schemas, replaced whole (an absent member is
+        null)."""
         caller = await self._gate.agent(request)
         if caller.agent_id != request.path_params["agent_id"]:
             raise Forbidden("forbidden: an agent may only describe itself")
-        parse_object(caller.body)
+        # Schemas may be large: parsed and made canonical off the loop, as step arguments are.
+        metadata = await off_loop(caller.body, lambda body: _metadata(parse_object(body)))
+        await self._kernel.publish_metadata(caller.agent_id, metadata)
         return no_content()
 
     async def announce(self, request: Request) -> Response:
@@ -110,3 +122,26 @@ class AgentRoutes:
         instance = AgentInstance(name, incarnation)
         reclaimed = await self._kernel.announce_instance(caller.agent_id, instance, caller.seen())
         return json_response({"reclaimed": reclaimed})
+
+
+def _metadata(body: JsonObject) -> AgentMetadata:
+    description = body.get("description")
+    if description is not None and not is_text(description):
+        raise ValidationFailed("validation error: description must be a string or null")
+    if description is not None and "\x00" in description:
+        raise ValidationFailed("validation error: description must not contain a NUL character")
+    return AgentMetadata(
+        description=str(description) if description else None,
+        input_schema=_schema(body, "input_schema"),
+        output_schema=_schema(body, "output_schema"),
+    )
+
+
+def _schema(body: JsonObject, key: str) -> RawJson | None:
+    """A JSON Schema member: an object, as canonical text, or null."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationFailed(f"validation error: {key} must be a JSON object or null")
+    return dumps(value)

@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import orjson
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from rebuno.kernel.api import params
+from rebuno.kernel.api import idrange, params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
     JsonObject,
@@ -101,6 +102,21 @@ def _completion_fields(raw: bytes) -> tuple[RawJson, tuple[Carried, ...], RawJso
     return required_raw(body, "output"), step_outcomes(body), raw_field(body, "state")
 
 
+def _id_range(query: QueryParams) -> tuple[str | None, str | None]:
+    """`created_after`, `created_before` and `id_prefix` (§40.4) as one id range: the
+    floor (inclusive) and the ceiling (exclusive)."""
+    after, before, prefix = (
+        params.first(query, key) for key in ("created_after", "created_before", "id_prefix")
+    )
+    floors: list[str | None] = [idrange.time_bound(after, "created_after") if after else None]
+    ceilings: list[str | None] = [idrange.time_bound(before, "created_before") if before else None]
+    if prefix:
+        floor, ceiling = idrange.prefix_bounds(prefix)
+        floors.append(floor)
+        ceilings.append(ceiling)
+    return idrange.highest(*floors), idrange.lowest(*ceilings)
+
+
 def execution_id(request: Request) -> str:
     return params.parse_uuid(request.path_params["execution_id"], "execution id")
 
@@ -161,12 +177,14 @@ class ExecutionRoutes:
         query = request.query_params
         default, maximum = LIST_LIMIT
         agent = params.first(query, "agent_id")
+        floor, ceiling = _id_range(query)
         flt = ExecutionFilter(
             # An id no agent can have (a NUL, which PostgreSQL text cannot hold) is a 400.
             agent_id=params.agent_id(agent) if agent else None,
             status=execution_status(params.first(query, "status")),
             session=params.first(query, "session") or None,
-            cursor=params.optional_uuid(query, "cursor"),
+            cursor=idrange.lowest(params.optional_uuid(query, "cursor"), ceiling),
+            floor=floor,
             limit=params.page_limit(query, default=default, maximum=maximum, strict=True),
         )
         return json_response(render_execution_page(await self._kernel.list_executions(flt)))

@@ -1,6 +1,7 @@
-"""`POST /v0/policies/{agent_id}` (§5.3, bearer): replace or remove an agent's bundle; and
+"""`POST /v0/policies/{agent_id}` (§5.3, bearer): replace or remove an agent's bundle;
 `POST /v0/policies/{agent_id}/test` (§35): what a bundle decides for cases or for the steps
-of recorded executions, without writing anything.
+of recorded executions, without writing anything; and `POST /v0/policies/{agent_id}/check`
+(§40.6): validate a bundle, describe its rules and try it against one step, without saving.
 
 Must not import a store backend or the dispatcher.
 """
@@ -14,10 +15,18 @@ from starlette.routing import BaseRoute
 
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
-from rebuno.kernel.api.body import JsonObject, integer_field, is_text, parse_object, text_field
+from rebuno.kernel.api.body import (
+    JsonObject,
+    integer_field,
+    is_text,
+    parse_object,
+    raw_field,
+    text_field,
+)
 from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, no_content
 from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.policy.description import Probe
 from rebuno.kernel.policy.suite import report_fields
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.service.policytests import (
@@ -26,10 +35,23 @@ from rebuno.kernel.service.policytests import (
     PolicyTest,
     ReplayedExecutions,
 )
-from rebuno.protocol.enums import Scope
+from rebuno.protocol.enums import Scope, StepKind
 from rebuno.protocol.times import parse_timestamp
 
 _SELECTOR_KEYS = frozenset({"session", "since", "limit"})
+
+
+def _probe(agent_id: str, body: JsonObject) -> Probe | None:
+    """`step`: `{"kind", "target"?, "args"?}`, the step to try the bundle against."""
+    step = body.get("step")
+    if step is None:
+        return None
+    if not isinstance(step, dict):
+        raise ValidationFailed("validation error: step must be an object")
+    kind = text_field(step, "kind", required=True)
+    if kind not in StepKind.__members__.values():
+        raise ValidationFailed(f"validation error: unknown step kind {kind!r}")
+    return Probe(agent_id, StepKind(kind), text_field(step, "target"), raw_field(step, "args"))
 
 
 class PolicyRoutes:
@@ -38,14 +60,14 @@ class PolicyRoutes:
         self._gate = gate
 
     def routes(self) -> list[BaseRoute]:
+        one = "/v0/policies/{agent_id}"
         return [
+            route(one, POST=self._gate.scoped(self.set, Scope.POLICIES_WRITE)),
             route(
-                "/v0/policies/{agent_id}", POST=self._gate.scoped(self.set, Scope.POLICIES_WRITE)
-            ),
-            route(
-                "/v0/policies/{agent_id}/test",
+                one + "/test",
                 POST=self._gate.scoped(self.test, Scope.POLICIES_WRITE, Scope.EXECUTIONS_READ),
             ),
+            route(one + "/check", POST=self._gate.scoped(self.check, Scope.POLICIES_WRITE)),
         ]
 
     async def set(self, request: Request) -> Response:
@@ -55,6 +77,17 @@ class PolicyRoutes:
             raise ValidationFailed('validation error: bundle must be a string ("" removes it)')
         await self._kernel.set_policy(params.agent_id(request.path_params["agent_id"]), str(bundle))
         return no_content()
+
+    async def check(self, request: Request) -> Response:
+        body = parse_object(await self._gate.client(request))
+        agent_id = params.agent_id(request.path_params["agent_id"])
+        bundle = body.get("bundle")
+        if bundle is not None and not is_text(bundle):
+            raise ValidationFailed("validation error: bundle must be a string")
+        checked = await self._kernel.check_policy(
+            agent_id, None if bundle is None else str(bundle), _probe(agent_id, body)
+        )
+        return json_response(checked)
 
     async def test(self, request: Request) -> Response:
         body = parse_object(await self._gate.client(request))

@@ -6,16 +6,23 @@ Must import only psycopg, the domain and this package.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from rebuno.kernel.domain.errors import Conflict, NotFound
-from rebuno.kernel.domain.records import Agent
+from rebuno.kernel.domain.records import Agent, AgentMetadata
 from rebuno.kernel.store.postgres.connection import Executor
 
 COLUMNS = "a.id, a.webhook_url, a.secret, a.policy_bundle, a.lease_timeout_seconds, a.registered_at"
+# Read only where the agent is shown (§36.2), never with a claimed dispatch: schemas can be
+# large, and delivering needs none of it.
+METADATA_COLUMNS = "a.description, a.input_schema, a.output_schema, a.metadata_updated_at"
+_ALL_COLUMNS = f"{COLUMNS}, {METADATA_COLUMNS}"
 
-_GET = f"SELECT {COLUMNS} FROM agents a WHERE a.id = %s"
-_LIST = f"SELECT {COLUMNS} FROM agents a ORDER BY a.id"
+_GET = f"SELECT {_ALL_COLUMNS} FROM agents a WHERE a.id = %s"
+_GET_LEAN = f"SELECT {COLUMNS} FROM agents a WHERE a.id = %s"
+_LIST = f"SELECT {_ALL_COLUMNS} FROM agents a ORDER BY a.id"
 # `registered_at` is the first registration's; a re-registration only replaces the rest.
 _UPSERT = f"""
     INSERT INTO agents AS a (id, webhook_url, secret, policy_bundle, lease_timeout_seconds,
@@ -28,7 +35,7 @@ _UPSERT = f"""
         policy_bundle = CASE WHEN %(keep_bundle)s THEN a.policy_bundle
             ELSE EXCLUDED.policy_bundle END,
         lease_timeout_seconds = EXCLUDED.lease_timeout_seconds
-    RETURNING {COLUMNS}
+    RETURNING {_ALL_COLUMNS}
 """
 # One statement decides both outcomes, so the referencing check and the delete see the same
 # snapshot; an execution committed in between still trips the foreign key (a `Conflict`).
@@ -42,10 +49,17 @@ _DELETE = """
     SELECT (SELECT yes FROM referenced), EXISTS (SELECT 1 FROM deleted)
 """
 _SET_BUNDLE = "UPDATE agents SET policy_bundle = %s WHERE id = %s RETURNING 1"
+_SET_METADATA = """
+    UPDATE agents SET description = %(description)s, input_schema = %(input_schema)s,
+        output_schema = %(output_schema)s, metadata_updated_at = %(now)s
+    WHERE id = %(id)s
+    RETURNING 1
+"""
 
 
 def from_row(row: Sequence[Any]) -> Agent:
-    return Agent(
+    """An agent from `COLUMNS`, followed by `METADATA_COLUMNS` when the row has them."""
+    agent = Agent(
         id=row[0],
         webhook_url=row[1],
         secret=row[2],
@@ -53,10 +67,15 @@ def from_row(row: Sequence[Any]) -> Agent:
         lease_timeout_seconds=row[4],
         registered_at=row[5],
     )
+    if len(row) == 6:
+        return agent
+    return replace(
+        agent, metadata=AgentMetadata(row[6], row[7], row[8]), metadata_updated_at=row[9]
+    )
 
 
-async def get(conn: Executor, agent_id: str) -> Agent:
-    cur = await conn.execute(_GET, (agent_id,))
+async def get(conn: Executor, agent_id: str, metadata: bool = True) -> Agent:
+    cur = await conn.execute(_GET if metadata else _GET_LEAN, (agent_id,))
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"agent {agent_id} not found")
@@ -98,5 +117,22 @@ async def delete(conn: Executor, agent_id: str) -> None:
 
 async def set_policy_bundle(conn: Executor, agent_id: str, bundle: str | None) -> None:
     cur = await conn.execute(_SET_BUNDLE, (bundle, agent_id))
+    if await cur.fetchone() is None:
+        raise NotFound(f"agent {agent_id} not found")
+
+
+async def update_metadata(
+    conn: Executor, agent_id: str, metadata: AgentMetadata, now: datetime
+) -> None:
+    cur = await conn.execute(
+        _SET_METADATA,
+        {
+            "id": agent_id,
+            "description": metadata.description,
+            "input_schema": metadata.input_schema,
+            "output_schema": metadata.output_schema,
+            "now": now,
+        },
+    )
     if await cur.fetchone() is None:
         raise NotFound(f"agent {agent_id} not found")

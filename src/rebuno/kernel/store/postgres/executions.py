@@ -180,6 +180,7 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
         ("e.status = %s", flt.status.value if flt.status is not None else None),
         ("e.session = %s", flt.session),
         ("e.id < %s", flt.cursor),
+        ("e.id >= %s", flt.floor),
     ):
         if value is not None:
             conditions.append(clause)

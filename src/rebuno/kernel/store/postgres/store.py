@@ -345,8 +345,8 @@ class PostgresStore:
                         decisions=await events.list_decisions(conn, execution_id, DECISION_TYPES),
                     )
 
-    async def get_agent(self, agent_id: str) -> Agent:
-        return await self._read(agents.get, agent_id)
+    async def get_agent(self, agent_id: str, *, metadata: bool = True) -> Agent:
+        return await self._read(agents.get, agent_id, metadata)
 
     async def list_agents(self) -> list[Agent]:
         return await self._read(agents.list_all)

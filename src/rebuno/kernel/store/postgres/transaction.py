@@ -27,6 +27,7 @@ from psycopg.rows import TupleRow
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.records import (
     Agent,
+    AgentMetadata,
     Approval,
     Dispatch,
     Event,
@@ -391,6 +392,11 @@ class PostgresTransaction:
 
     async def revoke_api_key(self, key_id: str, now: datetime) -> None:
         await self._run(api_keys.revoke, key_id, now)
+
+    async def update_agent_metadata(
+        self, agent_id: str, metadata: AgentMetadata, now: datetime
+    ) -> None:
+        await self._run(agents.update_metadata, agent_id, metadata, now)
 
 
 class _Session:

@@ -7,17 +7,24 @@ Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this packag
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from rebuno.kernel.domain.errors import Conflict, NotFound
-from rebuno.kernel.domain.records import Agent
+from rebuno.kernel.domain.records import Agent, AgentMetadata
 from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
 
 COLUMNS = "id, webhook_url, secret, policy_bundle, lease_timeout_seconds, registered_at"
+# Read only where the agent is shown (§36.2), never with a claimed dispatch: schemas can be
+# large, and delivering needs none of it.
+METADATA_COLUMNS = "description, input_schema, output_schema, metadata_updated_at"
+_ALL_COLUMNS = f"{COLUMNS}, {METADATA_COLUMNS}"
 
 
 def to_record(row: tuple[Any, ...]) -> Agent:
-    return Agent(
+    """An agent from `COLUMNS`, followed by `METADATA_COLUMNS` when the row has them."""
+    agent = Agent(
         id=row[0],
         webhook_url=row[1],
         secret=row[2],
@@ -26,17 +33,25 @@ def to_record(row: tuple[Any, ...]) -> Agent:
         lease_timeout_seconds=row[4] if isinstance(row[4], int | float) else None,
         registered_at=from_micros(row[5]),
     )
+    if len(row) == 6:
+        return agent
+    return replace(
+        agent,
+        metadata=AgentMetadata(row[6], row[7], row[8]),
+        metadata_updated_at=from_micros(row[9]) if row[9] is not None else None,
+    )
 
 
-def get(conn: sqlite3.Connection, agent_id: str) -> Agent:
-    row = conn.execute(f"SELECT {COLUMNS} FROM agents WHERE id = ?", (agent_id,)).fetchone()
+def get(conn: sqlite3.Connection, agent_id: str, metadata: bool = True) -> Agent:
+    columns = _ALL_COLUMNS if metadata else COLUMNS
+    row = conn.execute(f"SELECT {columns} FROM agents WHERE id = ?", (agent_id,)).fetchone()
     if row is None:
         raise NotFound(f"agent {agent_id} not found")
     return to_record(row)
 
 
 def list_all(conn: sqlite3.Connection) -> list[Agent]:
-    rows = conn.execute(f"SELECT {COLUMNS} FROM agents ORDER BY id").fetchall()
+    rows = conn.execute(f"SELECT {_ALL_COLUMNS} FROM agents ORDER BY id").fetchall()
     return [to_record(row) for row in rows]
 
 
@@ -51,7 +66,7 @@ def upsert(conn: sqlite3.Connection, agent: Agent, keep_bundle: bool) -> Agent:
                 lease_timeout_seconds = excluded.lease_timeout_seconds,
                 policy_bundle = CASE WHEN ? THEN agents.policy_bundle
                                      ELSE excluded.policy_bundle END
-            RETURNING {COLUMNS}""",
+            RETURNING {_ALL_COLUMNS}""",
         (
             agent.id,
             agent.webhook_url,
@@ -77,5 +92,24 @@ def delete(conn: sqlite3.Connection, agent_id: str) -> None:
 
 def set_policy_bundle(conn: sqlite3.Connection, agent_id: str, bundle: str | None) -> None:
     cursor = conn.execute("UPDATE agents SET policy_bundle = ? WHERE id = ?", (bundle, agent_id))
+    if cursor.rowcount == 0:
+        raise NotFound(f"agent {agent_id} not found")
+
+
+def update_metadata(
+    conn: sqlite3.Connection, agent_id: str, metadata: AgentMetadata, now: datetime
+) -> None:
+    cursor = conn.execute(
+        """UPDATE agents SET description = ?, input_schema = ?, output_schema = ?,
+               metadata_updated_at = ?
+           WHERE id = ?""",
+        (
+            metadata.description,
+            metadata.input_schema,
+            metadata.output_schema,
+            to_micros(now),
+            agent_id,
+        ),
+    )
     if cursor.rowcount == 0:
         raise NotFound(f"agent {agent_id} not found")

@@ -196,6 +196,7 @@ def list_page(conn: sqlite3.Connection, flt: ExecutionFilter) -> Page[Execution]
         ("status = ?", None if flt.status is None else flt.status.value),
         ("session = ?", flt.session),
         ("id < ?", flt.cursor),
+        ("id >= ?", flt.floor),
     ):
         if value is not None:
             clauses.append(clause)

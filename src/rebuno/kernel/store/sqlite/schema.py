@@ -195,6 +195,14 @@ _EXECUTION_ORIGIN = (
     "ALTER TABLE approvals ADD COLUMN asserted_by TEXT",
 )
 
+# What an agent publishes about itself (§36): kept across re-registrations, gone with the row.
+_AGENT_METADATA = (
+    "ALTER TABLE agents ADD COLUMN description TEXT",
+    "ALTER TABLE agents ADD COLUMN input_schema TEXT",
+    "ALTER TABLE agents ADD COLUMN output_schema TEXT",
+    "ALTER TABLE agents ADD COLUMN metadata_updated_at INTEGER",
+)
+
 _API_KEYS = (
     # Scoped API keys (§34): the SHA-256 of each whole token, never the token; keys are never
     # deleted, and their scopes (a JSON array) never change.
@@ -214,6 +222,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _AGENT_INSTANCES,
     _SEEN_REQUESTS,
     _EXECUTION_ORIGIN,
+    _AGENT_METADATA,
     _API_KEYS,
 )
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""

@@ -450,8 +450,8 @@ class SqliteStore:
     async def load_step_history(self, execution_id: str) -> StepHistory:
         return self._read(_load_step_history, execution_id)
 
-    async def get_agent(self, agent_id: str) -> Agent:
-        return self._read(agents.get, agent_id)
+    async def get_agent(self, agent_id: str, *, metadata: bool = True) -> Agent:
+        return self._read(agents.get, agent_id, metadata)
 
     async def list_agents(self) -> list[Agent]:
         return self._read(agents.list_all)

@@ -18,6 +18,7 @@ from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import (
     Agent,
+    AgentMetadata,
     Approval,
     Dispatch,
     Event,
@@ -247,6 +248,11 @@ class SqliteTransaction:
 
     async def revoke_api_key(self, key_id: str, now: datetime) -> None:
         self._run(api_keys.revoke, key_id, now)
+
+    async def update_agent_metadata(
+        self, agent_id: str, metadata: AgentMetadata, now: datetime
+    ) -> None:
+        self._run(agents.update_metadata, agent_id, metadata, now)
 
 
 def _lock_execution(
