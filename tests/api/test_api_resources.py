@@ -351,7 +351,9 @@ async def test_capture_failures_are_logged_and_bad_entries_refused(run: Run) -> 
     assert_error(await run.publish(captures=[{"generation": 0}]), 400, "validation_error")
     refused = await run.publish(captures=[capture(0, ""), capture(0, "a"), capture(0, "b")])
     assert refused.status_code == 204
-    errors = [e["payload"]["error"] for e in of_type(await run.events(), "resource.checkpoint_failed")]
+    errors = [
+        e["payload"]["error"] for e in of_type(await run.events(), "resource.checkpoint_failed")
+    ]
     assert errors[-2:] == ["missing_checkpoint_ref", "duplicate_capture"]
 
 
@@ -369,7 +371,12 @@ async def test_a_session_turn_inherits_its_parents_resources(
     second_id = (await client.post("/v0/executions", json=body)).json()["id"]
     second = Run(second_id, replace(agent, lease=await claim(kernel, second_id)), client)
     types = [e["type"] for e in await second.events()]
-    assert types == ["execution.created", "resource.registered", "resource.bound", "dispatch.queued"]
+    assert types == [
+        "execution.created",
+        "resource.registered",
+        "resource.bound",
+        "dispatch.queued",
+    ]
     view = (await second.register()).json()
     assert view["binding"] == {"sandbox_id": "sbx-1"}
     assert (view["generation"], view["count"], view["covered"]) == (0, 0, False)

@@ -222,7 +222,8 @@ BEGIN
             WHERE execution_id = op->>'execution_id' AND key = op->>'key'
                 AND invalidated_seq IS NULL;
         WHEN 'set_affected_keys' THEN
-            UPDATE steps SET affected_keys = op->'keys' WHERE step_id = op->>'step_id';
+            UPDATE steps SET affected_keys = NULLIF(op->'keys', 'null'::jsonb)
+            WHERE step_id = op->>'step_id';
         WHEN 'set_state' THEN
             UPDATE executions SET state = op->>'state' WHERE id = op->>'id';
         WHEN 'set_occurrence' THEN
