@@ -4,7 +4,7 @@ from the checkpoint, and a driver that cannot restore it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -18,7 +18,7 @@ class FakeDriver:
     """A provider kept in memory: a sandbox is a dict, a checkpoint a copy of it."""
 
     driver_id = "test.fake.v1"
-    configuration = {"size": "small"}
+    configuration: ClassVar[dict[str, str]] = {"size": "small"}
 
     def __init__(self) -> None:
         self.snapshots: dict[str, dict[str, Any]] = {}
