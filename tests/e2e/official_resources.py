@@ -9,7 +9,7 @@ not, and answers the sandbox's files. The driver notes each `create` in SIDE.
 
 import os
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import rebuno
 from rebuno import Agent, CheckpointPolicy, CheckpointUnavailable, tool
@@ -26,7 +26,7 @@ def note(what: str) -> None:
 
 class Sandboxes:
     driver_id = "test.sandbox.v1"
-    configuration = {"size": "small"}
+    configuration: ClassVar[dict[str, str]] = {"size": "small"}
     coverage_reuse = False
 
     def __init__(self) -> None:
