@@ -3,6 +3,7 @@ examples R1-R7 of the protocol, session turns inheriting resources, and retentio
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -392,3 +393,22 @@ async def test_retention_deletes_resources_with_their_execution(
     assert await kernel.store.delete_terminal_before(clock.now()) == 1
     assert await kernel.store.list_resources(run.id) == []
     assert await kernel.store.list_checkpoints(run.id) == []
+
+
+async def test_concurrent_affecting_steps_get_distinct_generations(run: Run) -> None:
+    await run.register(coverage_reuse=True)
+    decisions = await asyncio.gather(*(run.submit(WRITE, n) for n in range(6)))
+    generations = sorted(d["resources"][0]["generation"] for d in decisions)
+    assert generations == [1, 2, 3, 4, 5, 6]
+    last = max(decisions, key=lambda d: d["resources"][0]["generation"])
+    others = [d for d in decisions if d is not last]
+    for decision in others:
+        generation = decision["resources"][0]["generation"]
+        await run.complete(decision["step_id"], captures=[capture(generation, f"g{generation}")])
+    await run.complete(last["step_id"], captures=[capture(6, "g6")])
+    accepted = [
+        e["payload"]["checkpoint_ref"] for e in of_type(await run.events(), "resource.checkpointed")
+    ]
+    assert accepted == ["g6"]
+    view = (await run.register(coverage_reuse=True)).json()
+    assert (view["generation"], view["count"], view["covered"]) == (6, 6, True)
