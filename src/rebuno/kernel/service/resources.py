@@ -107,7 +107,8 @@ class ResourceUseCases(ServiceBase):
         boundary before this request's events."""
         async with self.transaction(execution_id) as tx:
             execution, batch = await self._locked(tx, execution_id, agent_id, lease)
-            await record_captures(tx, execution, captures, batch, batch.last_seq)
+            # The boundary before this request's events: `execution.started` included.
+            await record_captures(tx, execution, captures, batch, execution.last_event_seq)
             await flush(tx, execution, batch)
 
     async def coverage(self, execution_id: str) -> Coverage:
