@@ -412,3 +412,23 @@ async def test_concurrent_affecting_steps_get_distinct_generations(run: Run) -> 
     assert accepted == ["g6"]
     view = (await run.register(coverage_reuse=True)).json()
     assert (view["generation"], view["count"], view["covered"]) == (6, 6, True)
+
+
+async def test_a_failed_step_carries_captures_and_a_cancelled_one_is_counted(
+    run: Run, kernel: Kernel
+) -> None:
+    await run.register(every_steps=1)
+    first = await run.submit(WRITE, 1)
+    assert first["resources"] == [{"key": "workspace", "generation": 1, "due": True}]
+    failed = await run.agent.post(
+        f"{run.base}/steps/{first['step_id']}/fail",
+        {"error": {"message": "boom"}, "captures": [capture(1, "after-failure")]},
+    )
+    assert failed.json() == {"decision": "recorded"}
+    assert of_type(await run.events(), "resource.checkpointed")[-1]["payload"]["generation"] == 1
+    await run.submit(WRITE, 2)
+    assert (await run.client.post(f"{run.base}/cancel")).status_code == 204
+    stored = await run.fork_points()
+    assert stored["checkpoints"][-1]["invalidated_seq"] > stored["checkpoints"][-1]["covered_seq"]
+    resources = {r.key: r for r in await kernel.store.list_resources(run.id)}
+    assert resources["workspace"].count == 2
