@@ -124,7 +124,7 @@ class ResourceUseCases(ServiceBase):
     async def _locked(
         self, tx: Transaction, execution_id: str, agent_id: str, lease: Lease
     ) -> tuple[Execution, EventBatch]:
-        """The checks of an agent route with a strong lease (§32.1), the lease renewed, and
+        """The checks of an agent route with a strong lease (§33.2), the lease renewed, and
         the execution started if it was pending (it is agent contact)."""
         now = self.clock()
         locked = await tx.lock_execution(execution_id, lease, now)

@@ -34,7 +34,7 @@ MAX_JSON_BYTES = 64 * 1024
 
 
 def registration(raw: bytes) -> Registration:
-    """§33.2's request, with §32.1's size limits."""
+    """§33.2's request, with its size limits."""
     body = parse_object(raw)
     key = text_field(body, "key", required=True)
     check_key(key)
