@@ -102,3 +102,15 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     assert isinstance(envelope["message"], str)
     assert set(envelope) <= {"code", "message", "details"}
     return envelope
+
+
+async def issue_key(bootstrap: httpx.AsyncClient, name: str, *scopes: str) -> tuple[str, str]:
+    """A new scoped API key (§34.3) issued with the bootstrap token: its id and its token."""
+    response = await bootstrap.post("/v0/api-keys", json={"name": name, "scopes": list(scopes)})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    return str(body["id"]), str(body["token"])
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

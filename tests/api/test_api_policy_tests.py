@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from rebuno.kernel.domain.decision import StepRequest
+from rebuno.kernel.domain.principal import BOOTSTRAP
 from rebuno.kernel.domain.records import Execution, Lease
 from rebuno.kernel.policy.suite import policy_hash
 from rebuno.kernel.service.executions import Origin
@@ -252,7 +253,7 @@ async def test_a_replayed_step_expects_its_first_decision_not_the_grant(
         execution.id, AGENT, lease, step("shell_exec", {"command": "rm x"})
     )
     assert held.approval_id is not None
-    await kernel.grant_approval(held.approval_id, "alice", "")
+    await kernel.grant_approval(held.approval_id, "alice", "", BOOTSTRAP)
 
     report = await report_of(client, {"bundle": ALLOW_ALL, "execution_id": execution.id})
 
@@ -404,7 +405,7 @@ async def test_permissive_decisions_and_grants_carry_no_hash(
         execution.id, AGENT, lease, step("shell_exec", {"command": "rm x"})
     )
     assert held.approval_id is not None
-    await kernel.grant_approval(held.approval_id, "alice", "")
+    await kernel.grant_approval(held.approval_id, "alice", "", BOOTSTRAP)
     await kernel.set_policy(AGENT, "")
     lease = await claim(kernel, execution.id)
     await run_steps_on(kernel, execution, lease, step("web_search", {"query": "q"}))

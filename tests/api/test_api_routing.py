@@ -21,6 +21,7 @@ SAMPLE = {
     "agent_id": "researcher",
     "approval_id": "0192d8c0-1234-7abc-8def-0123456789ac",
     "key": "workspace",
+    "key_id": "0192d8c0-1234-7abc-8def-0123456789ad",
 }
 
 

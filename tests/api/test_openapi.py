@@ -13,7 +13,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 from rebuno.kernel.api import openapi
-from rebuno.kernel.api.routing import DirectRoutes
+from rebuno.kernel.api.routing import DirectRoutes, MethodRoute
 from rebuno.kernel.console.routes import CONSOLE_PATH
 from rebuno.protocol.codes import HTTP_STATUS, ErrorCode
 from tests.api.harness import AGENT, AgentClient
@@ -37,6 +37,7 @@ SAMPLE = {
     "agent_id": AGENT,
     "approval_id": "0192d8c0-1234-7abc-8def-0123456789ac",
     "key": "workspace",
+    "key_id": "0192d8c0-1234-7abc-8def-0123456789ad",
 }
 
 
@@ -78,6 +79,30 @@ async def test_every_route_served_is_documented_and_nothing_else(app: ASGIApp) -
 
     assert served - documented == set(), "routes missing from openapi.yaml"
     assert documented - served == set(), "openapi.yaml names routes the kernel does not serve"
+
+
+async def test_each_operation_documents_the_scopes_its_route_declares(app: ASGIApp) -> None:
+    assert isinstance(app, DirectRoutes)
+    declared = {
+        (method, candidate.path): [scope.value for scope in access.scopes]
+        for candidate in app.fallback.router.routes
+        if isinstance(candidate, MethodRoute)
+        and candidate.path != "/"
+        and not candidate.path.startswith(CONSOLE_PATH)
+        for method, access in candidate.access.items()
+        if method != "HEAD"
+    }
+    documented = {
+        (method.upper(), path): item[method].get("x-scopes", [])
+        for path, item in openapi.document()["paths"].items()
+        for method in METHODS
+        if method in item
+    }
+
+    assert documented == declared
+    for (method, path), scopes in declared.items():
+        responses = openapi.document()["paths"][path][method.lower()]["responses"]
+        assert ("403" in responses) or not scopes, f"{method} {path} documents no 403"
 
 
 def test_every_operation_has_a_unique_id_and_documents_its_500() -> None:

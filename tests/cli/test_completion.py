@@ -55,9 +55,10 @@ def test_the_installed_script_prints_each_shells_completion_script(shell: str, m
 
 def test_completion_offers_the_commands_and_their_subcommands() -> None:
     assert complete("bash", "rebuno ", 1) == [
-        "agents", "approvals", "dev", "exec", "policy", "repl", "server", "version"
+        "agents", "approvals", "dev", "exec", "key", "policy", "repl", "server", "version"
     ]  # fmt: skip
     assert complete("bash", "rebuno approvals ", 2) == ["deny", "get", "grant", "ls"]
+    assert complete("bash", "rebuno key ", 2) == ["create", "ls", "revoke", "rotate"]
     assert "steps" in complete("bash", "rebuno exec st", 2)
     assert complete("bash", "rebuno approvals ls --status ", 4) == [
         "pending", "granted", "denied", "expired", "all"

@@ -16,6 +16,7 @@ from tests.e2e.processes import (
     ROOT,
     Kernel,
     Process,
+    Server,
     free_port,
     official_sdk_python,
 )
@@ -24,6 +25,7 @@ from tests.support import poll_until
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 AGENT_SCRIPT = ROOT / "tests" / "e2e" / "official_agent.py"
+CLIENT_SCRIPT = ROOT / "tests" / "e2e" / "official_client.py"
 
 
 def manifest(tmp_path: Path, agent_port: int) -> Path:
@@ -194,3 +196,30 @@ def test_official_sdk_reads_a_step_list_item_whose_payloads_were_left_out(versio
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["succeeded", "None", "None"]
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.29.2"])
+def test_official_client_works_with_the_bootstrap_token_and_scoped_keys(
+    tmp_path: Path, version: str
+) -> None:
+    # docs/protocol.md §34.1: the configured token stays the bootstrap key; a scoped key is
+    # just another bearer token to the SDK, refused with the errors it already knows.
+    python = official_sdk_python(version)
+    db_url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    server = Server(
+        db_url, "bootstrap-token", tmp_path / "kernel.log", manifest=manifest(tmp_path, 9)
+    )
+    try:
+        issued = server.post("/v0/api-keys", {"name": "reader", "scopes": ["executions:read"]})
+        args = [str(python), str(CLIENT_SCRIPT), server.url, "bootstrap-token", issued["token"]]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        server.stop()
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "bootstrap True bootstrap",
+        "reader-get True",
+        "reader-create forbidden",
+        "stranger unauthorized",
+    ]

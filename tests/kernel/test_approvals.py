@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from rebuno.kernel.domain.errors import Conflict, Forbidden, LeaseSuperseded
+from rebuno.kernel.domain.principal import BOOTSTRAP
 from rebuno.kernel.service import lifecycle
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.enums import ApprovalStatus, Decision, ExecutionStatus, StepStatus
@@ -63,7 +64,7 @@ async def test_granted_step_proceeds_once_on_the_resumed_run(
 ) -> None:
     run, step_id, approval_id = blocked
 
-    await kernel.grant_approval(approval_id, "alice", "looks fine")
+    await kernel.grant_approval(approval_id, "alice", "looks fine", BOOTSTRAP)
     resumed = Run(kernel, run.execution_id, await claim(kernel, run.execution_id))
     first = await resumed.submit(SHELL)
     await resumed.complete(step_id, '"listing"')
@@ -80,7 +81,7 @@ async def test_denied_approval_resumes_with_the_step_denied(
 ) -> None:
     run, step_id, approval_id = blocked
 
-    await kernel.deny_approval(approval_id, "alice", "not today")
+    await kernel.deny_approval(approval_id, "alice", "not today", BOOTSTRAP)
     resumed = Run(kernel, run.execution_id, await claim(kernel, run.execution_id))
     decision = await resumed.submit(SHELL)
 
@@ -92,15 +93,15 @@ async def test_denied_approval_resumes_with_the_step_denied(
 async def test_approver_outside_the_list_is_forbidden(blocked: tuple[Run, str, str]) -> None:
     run, _, approval_id = blocked
     with pytest.raises(Forbidden):
-        await run.kernel.grant_approval(approval_id, "mallory", "")
+        await run.kernel.grant_approval(approval_id, "mallory", "", BOOTSTRAP)
     assert (await run.kernel.get_approval(approval_id)).status is ApprovalStatus.PENDING
 
 
 async def test_deciding_twice_is_a_conflict(blocked: tuple[Run, str, str]) -> None:
     run, _, approval_id = blocked
-    await run.kernel.grant_approval(approval_id, "alice", "")
+    await run.kernel.grant_approval(approval_id, "alice", "", BOOTSTRAP)
     with pytest.raises(Conflict):
-        await run.kernel.deny_approval(approval_id, "alice", "")
+        await run.kernel.deny_approval(approval_id, "alice", "", BOOTSTRAP)
 
 
 async def test_expired_approval_denies_the_step_with_approval_timeout(
@@ -124,7 +125,7 @@ async def test_grant_racing_expiry_resolves_exactly_once(
     clock.advance(timedelta(minutes=6))
 
     outcomes = await asyncio.gather(
-        kernel.grant_approval(approval_id, "alice", ""),
+        kernel.grant_approval(approval_id, "alice", "", BOOTSTRAP),
         lifecycle.expire_approvals(kernel),
         return_exceptions=True,
     )
@@ -155,7 +156,7 @@ async def test_a_decision_at_or_after_the_timeout_resolves_the_approval_as_expir
 
     resolve = run.kernel.grant_approval if decide == "grant" else run.kernel.deny_approval
     with pytest.raises(Conflict, match="expired"):
-        await resolve(approval_id, "alice", "looks fine")
+        await resolve(approval_id, "alice", "looks fine", BOOTSTRAP)
 
     approval = await run.kernel.get_approval(approval_id)
     assert (approval.status, approval.decided_by) == (ApprovalStatus.EXPIRED, None)

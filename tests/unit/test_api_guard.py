@@ -10,9 +10,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rebuno.kernel.api.errors import guarded
-from rebuno.kernel.api.routing import route
+from rebuno.kernel.api.errors import Endpoint, guarded
+from rebuno.kernel.api.routing import Access, Credential, Handler, route
 from rebuno.kernel.domain.errors import Conflict
+from rebuno.protocol.enums import Scope
 
 
 async def _explode(request: Request) -> Response:
@@ -23,8 +24,26 @@ async def _conflict(request: Request) -> Response:
     raise Conflict("approval 1 is already granted", details="granted by alice")
 
 
+def _open(endpoint: Endpoint) -> Handler:
+    return Handler(Access(Credential.NONE), endpoint)
+
+
+def test_a_route_without_declared_access_is_refused() -> None:
+    with pytest.raises(TypeError, match="declare who may call it"):
+        route("/undeclared", GET=_explode)  # type: ignore[arg-type]  # what the check is for
+
+
+def test_a_bearer_route_must_name_its_scopes() -> None:
+    with pytest.raises(ValueError, match="scopes"):
+        Access(Credential.BEARER)
+    with pytest.raises(ValueError, match="scopes"):
+        Access(Credential.AGENT, (Scope.EXECUTIONS_READ,))
+
+
 def _client() -> httpx.AsyncClient:
-    app = Starlette(routes=[route("/explode", GET=_explode), route("/conflict", POST=_conflict)])
+    app = Starlette(
+        routes=[route("/explode", GET=_open(_explode)), route("/conflict", POST=_open(_conflict))]
+    )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
 
 

@@ -1,6 +1,7 @@
 """`AdminClient`: the SDK `Client` plus what the command line needs beyond it: the agent
-administration routes (§5.3), registering a provisioning manifest's agents, and resolving
-the short id prefixes people type (of executions, approvals and steps).
+administration routes (§5.3), the API key routes (§34.3), registering a provisioning
+manifest's agents, and resolving the short id prefixes people type (of executions, approvals
+and steps).
 
 Talks to the kernel over HTTP only, through the `Client`'s request machinery. Reads a manifest
 with `rebuno.kernel.manifest` (an offline file parser); imports nothing else of the kernel.
@@ -89,6 +90,21 @@ class AdminClient(Client):
         response = await self._request("POST", path, json=request)
         report: dict[str, Any] = json.loads(response.body)
         return report
+
+    async def create_api_key(self, name: str, scopes: builtins.list[str]) -> Any:
+        """The issued key (§34.3), its token included: the only time the token is shown."""
+        body = {"name": name, "scopes": scopes}
+        return json.loads((await self._request("POST", "/v0/api-keys", json=body)).body)
+
+    async def list_api_keys(self) -> Any:
+        return json.loads((await self._request("GET", "/v0/api-keys")).body)
+
+    async def rotate_api_key(self, key_id: str) -> Any:
+        path = f"/v0/api-keys/{quote(key_id, safe='')}/rotate"
+        return json.loads((await self._request("POST", path)).body)
+
+    async def revoke_api_key(self, key_id: str) -> None:
+        await self._request("DELETE", f"/v0/api-keys/{quote(key_id, safe='')}")
 
     async def register_manifest(self, path: str) -> builtins.list[AgentInfo]:
         """Upsert every agent of a provisioning manifest (§18.4); each entry defines its agent

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import click
 
-SPELLINGS = {"agent": "agents", "approval": "approvals", "list": "ls", "delete": "rm"}
+SPELLINGS = {
+    "agent": "agents",
+    "approval": "approvals",
+    "keys": "key",
+    "list": "ls",
+    "delete": "rm",
+}
 
 
 class Aliased(click.Group):

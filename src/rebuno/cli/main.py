@@ -17,6 +17,7 @@ from rebuno.cli.commands.agents import agents
 from rebuno.cli.commands.approvals import approvals
 from rebuno.cli.commands.dev import dev
 from rebuno.cli.commands.executions import executions
+from rebuno.cli.commands.keys import key
 from rebuno.cli.commands.policy import policy
 from rebuno.cli.commands.repl import repl
 from rebuno.cli.commands.server import server
@@ -46,6 +47,7 @@ rebuno.add_command(server)
 rebuno.add_command(executions)
 rebuno.add_command(agents)
 rebuno.add_command(approvals)
+rebuno.add_command(key)
 rebuno.add_command(policy)
 rebuno.add_command(repl)
 

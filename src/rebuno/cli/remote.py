@@ -61,7 +61,7 @@ def remote_command(function: Callable[..., None]) -> Callable[..., None]:
         "--api-key",
         envvar="REBUNO_API_KEY",
         default="",
-        help="Bearer token of a server-mode kernel (env REBUNO_API_KEY).",
+        help="Bearer token: a server's bootstrap token or a scoped key rbk_… (env REBUNO_API_KEY).",
     )
     @click.option("--json", "json_output", is_flag=True, help="Print JSON instead of text.")
     @functools.wraps(function)

@@ -90,3 +90,16 @@ class PolicyAction(StrEnum):
     ALLOW = "allow"
     DENY = "deny"
     REQUIRE_APPROVAL = "require_approval"
+
+
+class Scope(StrEnum):
+    """What a scoped API key may do (§34.2); write never implies read."""
+
+    EXECUTIONS_READ = "executions:read"
+    EXECUTIONS_WRITE = "executions:write"
+    APPROVALS_READ = "approvals:read"
+    APPROVALS_WRITE = "approvals:write"
+    AGENTS_READ = "agents:read"
+    AGENTS_WRITE = "agents:write"
+    POLICIES_WRITE = "policies:write"
+    API_KEYS_MANAGE = "api_keys:manage"

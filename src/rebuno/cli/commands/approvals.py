@@ -14,6 +14,7 @@ from rebuno.cli import approvals as operations
 from rebuno.cli.aliases import Aliased
 from rebuno.cli.remote import Remote, remote_command
 
+KEY_TOKEN_PREFIX = "rbk_"
 STATUSES = ("pending", "granted", "denied", "expired", "all")
 
 
@@ -51,14 +52,19 @@ def _decision(grant: bool) -> click.Command:
     @click.option(
         "--by",
         "decided_by",
-        default=lambda: os.environ.get("USER", ""),
-        help="Who decides (checked against approvers); default $USER.",
+        default=None,
+        help="Who decides (checked against approvers); default $USER, or with a scoped key"
+        " (rbk_…) the key's own name.",
     )
     @click.option("--reason", "--rationale", "rationale", default="", help="Why, kept with it.")
     @remote_command
-    def decide(remote: Remote, approval_id: str, decided_by: str, rationale: str) -> None:
-        if not decided_by:
-            raise click.ClickException("--by is required when $USER is unset")
+    def decide(remote: Remote, approval_id: str, decided_by: str | None, rationale: str) -> None:
+        if decided_by is None:
+            # A scoped key decides as its own name (§34.5): naming $USER could only be refused.
+            scoped = remote.api_key.startswith(KEY_TOKEN_PREFIX)
+            decided_by = "" if scoped else os.environ.get("USER", "")
+            if not decided_by and not scoped:
+                raise click.ClickException("--by is required when $USER is unset")
         remote.run(
             lambda client, out: operations.decide_approval(
                 client, out, approval_id, grant=grant, decided_by=decided_by, rationale=rationale

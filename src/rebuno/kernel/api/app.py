@@ -16,6 +16,7 @@ from rebuno.kernel.api.auth import Authenticator, Gate
 from rebuno.kernel.api.errors import http_exception_handler
 from rebuno.kernel.api.routes.activity import ActivityRoutes
 from rebuno.kernel.api.routes.agents import AgentRoutes
+from rebuno.kernel.api.routes.api_keys import ApiKeyRoutes
 from rebuno.kernel.api.routes.approvals import ApprovalRoutes
 from rebuno.kernel.api.routes.executions import ExecutionRoutes
 from rebuno.kernel.api.routes.operational import OperationalRoutes
@@ -30,7 +31,9 @@ from rebuno.kernel.service.kernel import Kernel
 
 
 def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
-    authenticator = Authenticator(settings, kernel.agent_secret, kernel.clock)
+    authenticator = Authenticator(
+        settings, kernel.agent_secret, kernel.clock, kernel.verify_api_key
+    )
     gate = Gate(settings, authenticator)
     routes: list[BaseRoute] = [
         *ExecutionRoutes(kernel, gate).routes(),
@@ -40,6 +43,7 @@ def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
         *AgentRoutes(kernel, gate).routes(),
         *PolicyRoutes(kernel, gate).routes(),
         *ApprovalRoutes(kernel, gate).routes(),
+        *ApiKeyRoutes(kernel, gate).routes(),
         *OperationalRoutes(kernel, gate).routes(),
         *ActivityRoutes(kernel, gate, settings.sse_keepalive).routes(),
         *ConsoleRoutes(settings, authenticator, gate).routes(),

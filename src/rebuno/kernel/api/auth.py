@@ -1,8 +1,11 @@
-"""Who is calling: bearer clients and HMAC-signed agents (§2), behind the body cap (§3.3).
+"""Who is calling: bearer clients (the bootstrap token, scoped API keys, §34) and HMAC-signed
+agents (§2), behind the body cap (§3.3).
 
-Every route enters through `Gate`: the body is read under the size cap first, then the caller
-is authenticated. Bearer tokens and agent secrets are compared in constant time and are never
-logged or echoed. Must not import a store backend or the dispatcher.
+Every route enters through a handler `Gate` made for it, which declares its access: a bearer
+caller is authenticated and its scopes checked before the body is read, an agent's known id
+too, and its signature once the body is in. Bearer tokens, key tokens and agent secrets are
+compared in constant time and are never logged or echoed. Must not import a store backend or
+the dispatcher.
 """
 
 from __future__ import annotations
@@ -16,13 +19,19 @@ from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
+from starlette.responses import Response
 
 from rebuno.kernel.api.body import read_body
+from rebuno.kernel.api.errors import Endpoint
 from rebuno.kernel.api.params import is_agent_id
+from rebuno.kernel.api.routing import Access, Credential, Handler
 from rebuno.kernel.api.session import SESSION_COOKIE, require_csrf
 from rebuno.kernel.config import Settings
+from rebuno.kernel.domain.api_key import TOKEN_PREFIX
 from rebuno.kernel.domain.errors import Unauthorized
+from rebuno.kernel.domain.principal import ANONYMOUS, BOOTSTRAP, Principal
 from rebuno.kernel.domain.records import SeenRequest
+from rebuno.protocol.enums import Scope
 from rebuno.protocol.signing import (
     AGENT_ID_HEADER,
     BODY_SCHEME_PREFIX,
@@ -37,7 +46,12 @@ from rebuno.protocol.signing import (
 )
 
 SecretLookup = Callable[[str], Awaitable[str | None]]
+KeyLookup = Callable[[str], Awaitable[Principal | None]]
+"""A key token to the principal of the live key it names, or None."""
 BEARER_PREFIX = "Bearer "
+_BAD_BEARER = "unauthorized: missing or invalid bearer token"
+PRINCIPAL_SCOPE_KEY = "rebuno.principal"
+"""Where an admitted bearer request's principal waits in the ASGI scope for its handler."""
 _SIGNATURE_FAILED = "unauthorized: agent signature does not verify"
 SEEN_MARGIN_SECONDS = 60.0
 """How much longer than the timestamp window a request is remembered (§2.3): room for the
@@ -55,35 +69,60 @@ class SignedFields:
 
 
 class Authenticator:
-    """Checks bearer tokens and agent signatures against the settings and agent secrets."""
+    """Checks bearer tokens and agent signatures against the settings, the API keys and the
+    agent secrets."""
 
     def __init__(
-        self, settings: Settings, secret_of: SecretLookup, clock: Callable[[], datetime]
+        self,
+        settings: Settings,
+        secret_of: SecretLookup,
+        clock: Callable[[], datetime],
+        key_of: KeyLookup,
     ) -> None:
         self._dev = settings.dev
         token = settings.bearer_token or ""
-        self._expected = token.encode("utf-8") if token else None
+        self._bootstrap = token.encode("utf-8") if token else None
         self._accept_body_scheme = settings.accept_body_signatures
         self._secret_of = secret_of
+        self._key_of = key_of
         self._clock = clock
 
-    def require_bearer(self, request: Request) -> None:
-        """Raises `Unauthorized` unless the request carries the configured token (dev: any)."""
+    async def authenticate(self, request: Request) -> Principal:
+        """The principal of a bearer request (§34.1), or `Unauthorized`. Server mode: the token
+        `client_token` extracts (the one `Authorization: Bearer` header, else the console's
+        session cookie with its CSRF check). Dev mode: a `Bearer rbk_…` header is verified as
+        in server mode, anything else is anonymous."""
         if self._dev:
-            return
-        if not self.accepts(client_token(request)):
-            raise Unauthorized("unauthorized: missing or invalid bearer token")
+            values = request.headers.getlist("authorization")
+            presented = values[0] if len(values) == 1 else ""
+            if not presented.startswith(BEARER_PREFIX + TOKEN_PREFIX):
+                return ANONYMOUS
+        token = client_token(request)
+        if token is None:
+            raise Unauthorized(_BAD_BEARER)
+        return await self.verify_token(token)
 
-    def accepts(self, token: bytes | None) -> bool:
-        """Whether `token` is the configured one, compared in constant time."""
-        if token is None or self._expected is None:
+    async def verify_token(self, received: bytes) -> Principal:
+        """The principal a presented token authenticates, wherever it was presented: the
+        bootstrap token, or a live API key's token (§34.4); else `Unauthorized`."""
+        if self._bootstrap is not None and hmac.compare_digest(received, self._bootstrap):
+            return BOOTSTRAP
+        prefix = TOKEN_PREFIX.encode("ascii")
+        if (
+            received.startswith(prefix)
+            and received.isascii()
+            and (principal := await self._key_of(received.decode("ascii")))
+        ):
+            return principal
+        raise Unauthorized(_BAD_BEARER)
+
+    async def accepts(self, token: bytes) -> bool:
+        """Whether `token` authenticates anyone (the console's sign-in, §40.2)."""
+        try:
+            await self.verify_token(token)
+        except Unauthorized:
             return False
-        return hmac.compare_digest(token, self._expected)
-
-    def principal(self) -> str:
-        """Who a bearer request that passed `require_bearer` is (§27.2): the holder of the
-        configured token in server mode, anyone in dev mode."""
-        return ANONYMOUS if self._dev else BOOTSTRAP
+        return True
 
     async def require_known_agent(self, headers: Headers) -> str:
         """The secret of the agent the headers name, checked before any body is read: a
@@ -233,27 +272,66 @@ class AgentCaller:
         return seen_request(self.agent_id, self.signature, self.timestamp)
 
 
-ANONYMOUS = "anonymous"
-BOOTSTRAP = "bootstrap"
-
-
 class Gate:
-    """The entry of every route: the credentials that need no body first (a bearer token;
-    a known agent id), then the body under its cap, then the signature over it."""
+    """The entry of every route: the credentials that need no body first (a bearer token
+    and its scopes; a known agent id), then the body under its cap, then the signature
+    over it.
+
+    `scoped`, `scoped_or_agent`, `signed` and `open` make a route's handlers (§34.2); inside
+    an endpoint, `client`, `principal`, `agent`, `client_or_agent` and `anyone` read the body
+    of the caller its handler admitted."""
 
     def __init__(self, settings: Settings, authenticator: Authenticator) -> None:
         self._limit = settings.max_body_bytes
         self._timeout = settings.body_timeout.total_seconds()
         self._auth = authenticator
 
+    # -- what a route declares ---------------------------------------------------------
+    def scoped(self, endpoint: Endpoint, *scopes: Scope) -> Handler:
+        """A bearer route: the caller must hold every one of `scopes`, checked before the
+        path or the body is looked at (401, then 403)."""
+        return Handler(Access(Credential.BEARER, scopes), self._admit_bearer(endpoint, scopes))
+
+    def scoped_or_agent(self, endpoint: Endpoint, *scopes: Scope) -> Handler:
+        """A bearer route that a signed agent may also call (a request with agent headers is
+        an agent's, never retried as bearer, §2.4)."""
+        admitted = self._admit_bearer(endpoint, scopes)
+
+        async def either(request: Request) -> Response:
+            if is_agent_request(request.headers):
+                return await endpoint(request)  # it calls `client_or_agent`, which verifies
+            return await admitted(request)
+
+        return Handler(Access(Credential.BEARER_OR_AGENT, scopes), either)
+
+    def signed(self, endpoint: Endpoint) -> Handler:
+        """An agent route (HMAC only): its endpoint calls `agent`, which verifies."""
+        return Handler(Access(Credential.AGENT), endpoint)
+
+    def open(self, endpoint: Endpoint) -> Handler:
+        """A route anyone may call (health, readiness, metrics, the API document)."""
+        return Handler(Access(Credential.NONE), endpoint)
+
+    def _admit_bearer(self, endpoint: Endpoint, scopes: tuple[Scope, ...]) -> Endpoint:
+        async def admit(request: Request) -> Response:
+            principal = await self._auth.authenticate(request)
+            for scope in scopes:
+                principal.require(scope)
+            request.scope[PRINCIPAL_SCOPE_KEY] = principal
+            return await endpoint(request)
+
+        return admit
+
+    # -- what an endpoint reads --------------------------------------------------------
     async def client(self, request: Request) -> bytes:
-        self._auth.require_bearer(request)
+        """The body of a bearer request its handler admitted."""
+        admitted_principal(request)
         return await read_body(request, self._limit, self._timeout)
 
-    async def principal(self, request: Request) -> tuple[bytes, str]:
-        """`client`, and who the caller is (§27.2)."""
-        body = await self.client(request)
-        return body, self._auth.principal()
+    async def principal(self, request: Request) -> tuple[bytes, Principal]:
+        """`client`, and who the caller is (§34.5)."""
+        principal = admitted_principal(request)
+        return await read_body(request, self._limit, self._timeout), principal
 
     async def agent(self, request: Request) -> AgentCaller:
         await self._auth.require_known_agent(request.headers)
@@ -268,3 +346,12 @@ class Gate:
 
     async def anyone(self, request: Request) -> bytes:
         return await read_body(request, self._limit, self._timeout)
+
+
+def admitted_principal(request: Request) -> Principal:
+    """The principal a bearer handler admitted; fails closed (401) on a request no bearer
+    handler admitted, so an endpoint declared with the wrong access reads no body."""
+    principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
+    if not isinstance(principal, Principal):
+        raise Unauthorized(_BAD_BEARER)
+    return principal

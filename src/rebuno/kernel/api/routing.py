@@ -1,6 +1,10 @@
 """One `Route` per path, dispatching on the method, so a 405 names every allowed method; and
 `DirectRoutes`, which calls a route's handler without walking Starlette's route list.
 
+Every handler declares who may call it (§34.2): `route` takes only `Handler`s, which carry
+their `Access` beside the endpoint, and the route keeps each method's access for the tests
+and the documents to read. `Gate` (in `auth.py`) makes the handlers.
+
 Must not import a store backend or the dispatcher.
 """
 
@@ -8,21 +12,57 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from rebuno.kernel.api.errors import Endpoint, guarded
+from rebuno.protocol.enums import Scope
+
+
+class Credential(StrEnum):
+    """What a route accepts: no credential, a bearer token holding scopes, an agent's
+    signature, or either of the last two."""
+
+    NONE = "none"
+    BEARER = "bearer"
+    AGENT = "agent"
+    BEARER_OR_AGENT = "bearer_or_agent"
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Who may call one method of a route: a bearer caller needs every scope in `scopes`."""
+
+    credential: Credential
+    scopes: tuple[Scope, ...] = ()
+
+    def __post_init__(self) -> None:
+        bearer = self.credential in (Credential.BEARER, Credential.BEARER_OR_AGENT)
+        if bearer != bool(self.scopes):
+            raise ValueError(f"a {self.credential} route needs scopes exactly when it is bearer")
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """An endpoint, already wrapped so that it admits only what `access` says."""
+
+    access: Access
+    endpoint: Endpoint
 
 
 class MethodRoute(Route):
-    """A `Route` that keeps its guarded handler per method, for `DirectRoutes` to call."""
+    """A `Route` that keeps its guarded handler per method, for `DirectRoutes` to call, and
+    the access each method declared."""
 
-    def __init__(self, path: str, handlers: dict[str, Endpoint]) -> None:
+    def __init__(self, path: str, handlers: dict[str, Endpoint], access: dict[str, Access]) -> None:
         self.handlers = handlers
+        self.access = access
 
         async def dispatch(request: Request) -> Response:
             # Starlette answers 405 itself before this runs for a method not listed here.
@@ -31,12 +71,21 @@ class MethodRoute(Route):
         super().__init__(path, dispatch, methods=list(handlers))
 
 
-def route(path: str, **handlers: Endpoint) -> MethodRoute:
-    """`route("/v0/agents", GET=list_agents, POST=register)`; every handler is guarded."""
-    by_method = {method.upper(): guarded(handler) for method, handler in handlers.items()}
+def route(path: str, **handlers: Handler) -> MethodRoute:
+    """`route("/v0/agents", GET=gate.scoped(list_agents, Scope.AGENTS_READ), ...)`: every
+    handler declares its access (a bare endpoint is refused) and is guarded."""
+    for method, handler in handlers.items():
+        if not isinstance(handler, Handler):
+            raise TypeError(
+                f"{method} {path}: declare who may call it with gate.scoped, "
+                "gate.scoped_or_agent, gate.signed or gate.open"
+            )
+    by_method = {method.upper(): guarded(one.endpoint) for method, one in handlers.items()}
+    access = {method.upper(): one.access for method, one in handlers.items()}
     if "GET" in by_method:
         by_method.setdefault("HEAD", by_method["GET"])
-    return MethodRoute(path, by_method)
+        access.setdefault("HEAD", access["GET"])
+    return MethodRoute(path, by_method, access)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +149,7 @@ class DirectRoutes:
         """The Starlette app that answers what this layer does not find."""
         return self._app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         found = self.find(scope) if scope["type"] == "http" else None
         if found is None:
             await self._app(scope, receive, send)
@@ -115,7 +164,7 @@ class DirectRoutes:
         response = await shape.handler(Request(scope, receive, send))
         await response(scope, receive, send)
 
-    def find(self, scope: Scope) -> tuple[_Shape, dict[str, str]] | None:
+    def find(self, scope: AsgiScope) -> tuple[_Shape, dict[str, str]] | None:
         """The route and path parameters of an HTTP request, or None to leave it to Starlette."""
         if scope.get("root_path"):
             return None

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.decision import StepDecision
 from rebuno.kernel.domain.execution import spawned_by
 from rebuno.kernel.domain.records import (
@@ -213,6 +214,20 @@ def render_coverage(
         "resources": {r.key: r.registered_seq for r in resources},
         "checkpoints": rows,
     }
+
+
+def render_api_key(key: ApiKey) -> dict[str, Any]:
+    """A key without its hash (§34.3); a token is added only where one was just made."""
+    body: dict[str, Any] = {
+        "id": key.id,
+        "name": key.name,
+        "scopes": [scope.value for scope in key.scopes],
+        "created_at": format_timestamp(key.created_at),
+    }
+    if key.revoked_at is not None:
+        body["revoked_at"] = format_timestamp(key.revoked_at)
+    _set(body, "created_by", key.created_by)
+    return body
 
 
 def render_decision(decision: StepDecision) -> dict[str, Any]:

@@ -51,11 +51,16 @@ class ConsoleRoutes:
         self._shell = (STATIC / "index.html").read_text("utf-8")
 
     def routes(self) -> list[BaseRoute]:
+        gate = self._gate
         return [
-            route("/", GET=self.home),
-            route(CONSOLE_PATH, GET=self.shell),
-            route(CONSOLE_PATH + "/sign-in", GET=self.sign_in_form, POST=self.sign_in),
-            route(CONSOLE_PATH + "/sign-out", POST=self.sign_out),
+            route("/", GET=gate.open(self.home)),
+            route(CONSOLE_PATH, GET=gate.open(self.shell)),
+            route(
+                CONSOLE_PATH + "/sign-in",
+                GET=gate.open(self.sign_in_form),
+                POST=gate.open(self.sign_in),
+            ),
+            route(CONSOLE_PATH + "/sign-out", POST=gate.open(self.sign_out)),
             Mount(CONSOLE_PATH + "/static", StaticFiles(directory=STATIC), name="console"),
         ]
 
@@ -63,7 +68,7 @@ class ConsoleRoutes:
         return RedirectResponse(CONSOLE_PATH, 302)
 
     async def shell(self, request: Request) -> Response:
-        if not self._signed_in(request):
+        if not await self._signed_in(request):
             return RedirectResponse(CONSOLE_PATH + "/sign-in", 303)
         return HTMLResponse(self._shell, headers=SECURITY_HEADERS)
 
@@ -81,7 +86,7 @@ class ConsoleRoutes:
         token = (fields.get("token") or [""])[0].strip().encode("utf-8")
         if self._dev:
             return RedirectResponse(CONSOLE_PATH, 303)
-        if not self._auth.accepts(token):
+        if not await self._auth.accepts(token):
             return sign_in_page("That token is not accepted.", 401)
         response = RedirectResponse(CONSOLE_PATH, 303)
         secure = request.url.scheme == "https"
@@ -112,8 +117,8 @@ class ConsoleRoutes:
         response.delete_cookie(CSRF_COOKIE, samesite="strict")
         return response
 
-    def _signed_in(self, request: Request) -> bool:
+    async def _signed_in(self, request: Request) -> bool:
         if self._dev:
             return True
         session = request.cookies.get(SESSION_COOKIE)
-        return session is not None and self._auth.accepts(session.encode("utf-8"))
+        return session is not None and await self._auth.accepts(session.encode("utf-8"))

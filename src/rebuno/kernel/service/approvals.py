@@ -13,6 +13,7 @@ from rebuno.kernel import metrics
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.errors import Conflict, Forbidden
 from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.principal import Principal
 from rebuno.kernel.domain.records import Approval
 from rebuno.kernel.service.base import ServiceBase, flush
 from rebuno.kernel.service.lineage import resume_if_idle
@@ -37,15 +38,28 @@ class ApprovalUseCases(ServiceBase):
         return await self.store.get_approval(approval_id)
 
     async def grant_approval(
-        self, approval_id: str, decided_by: str, rationale: str, asserted_by: str | None = None
+        self, approval_id: str, decided_by: str, rationale: str, principal: Principal
     ) -> None:
-        """`asserted_by`: the principal of the request (§27.2), beside the name it gave."""
-        await self._resolve(approval_id, ApprovalStatus.GRANTED, decided_by, rationale, asserted_by)
+        """`principal`: who made the request (§34.5). A scoped key decides as its own name
+        only; the bootstrap token and anonymous dev callers name the person themselves."""
+        await self._decide(approval_id, ApprovalStatus.GRANTED, decided_by, rationale, principal)
 
     async def deny_approval(
-        self, approval_id: str, decided_by: str, rationale: str, asserted_by: str | None = None
+        self, approval_id: str, decided_by: str, rationale: str, principal: Principal
     ) -> None:
-        await self._resolve(approval_id, ApprovalStatus.DENIED, decided_by, rationale, asserted_by)
+        await self._decide(approval_id, ApprovalStatus.DENIED, decided_by, rationale, principal)
+
+    async def _decide(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        named: str,
+        rationale: str,
+        principal: Principal,
+    ) -> None:
+        # Refused before anything is read, so another name costs the caller nothing to find.
+        decided_by = principal.decider(named)
+        await self._resolve(approval_id, status, decided_by, rationale, principal)
 
     async def expire_approval(self, approval_id: str) -> bool:
         """Background expiry; False when the approval was already resolved."""
@@ -61,10 +75,11 @@ class ApprovalUseCases(ServiceBase):
         status: ApprovalStatus,
         decided_by: str,
         rationale: str,
-        asserted_by: str | None = None,
+        principal: Principal | None = None,
     ) -> None:
         """A person's decision that arrives at or after `timeout_at` resolves the approval as
-        expired, whenever the expiry sweep runs (§15), and is then refused with `Conflict`."""
+        expired, whenever the expiry sweep runs (§15), and is then refused with `Conflict`.
+        `principal` is who decided; None for the expiry sweep."""
         execution_id = (await self.store.get_approval(approval_id)).execution_id
         late = False
         async with self.transaction(execution_id) as tx:
@@ -75,10 +90,10 @@ class ApprovalUseCases(ServiceBase):
             late = status is not ApprovalStatus.EXPIRED and now >= approval.timeout_at
             if late:
                 status, decided_by, rationale = ApprovalStatus.EXPIRED, "", "timeout"
-            if status is ApprovalStatus.EXPIRED:
-                asserted_by = None  # only a person's decision names who asserted it
-            else:
-                _check_approver(approval, decided_by)
+            asserted_by = None  # only a person's decision names who asserted it
+            if status is not ApprovalStatus.EXPIRED and principal is not None:
+                asserted_by = principal.id
+                _check_approver(approval, decided_by, principal)
             execution = await tx.get_execution(execution_id)
             if status is ApprovalStatus.EXPIRED and now < approval.timeout_at:
                 raise Conflict(f"approval {approval_id} has not timed out")
@@ -133,7 +148,8 @@ class ApprovalUseCases(ServiceBase):
         batch.step(EventType.STEP_DENIED, denied, error=error)
 
 
-def _check_approver(approval: Approval, decided_by: str) -> None:
-    """The approver list guards against mistakes; it is not access control (§14.8)."""
-    if approval.approvers and decided_by not in approval.approvers:
+def _check_approver(approval: Approval, decided_by: str, principal: Principal) -> None:
+    """A non-empty approver list admits the name decided as, or `key:<id>` of the very key
+    deciding (§34.5); with a scoped key, the name is the key's own."""
+    if not principal.may_approve(approval.approvers, decided_by):
         raise Forbidden(f"{decided_by or 'an anonymous caller'} may not decide {approval.id}")

@@ -29,6 +29,7 @@ from rebuno.kernel.domain.execution import (
     spawned_by,
     transition,
 )
+from rebuno.kernel.domain.principal import ANONYMOUS, Principal
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, SeenRequest, Step
 from rebuno.kernel.service.activity import Watcher
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
@@ -53,7 +54,6 @@ from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
 
 T = TypeVar("T")
-ANONYMOUS = "anonymous"
 MAX_ANCESTORS = 64
 """How far up a sub-agent's session is compared with its ancestors' (§25.2)."""
 CLIENT_CANCELLED = "client_cancelled"
@@ -71,7 +71,8 @@ this much lease."""
 class Origin:
     """Where a new execution comes from (§27): the labels its creator gave and who that is."""
 
-    created_by: str = ANONYMOUS
+    principal: Principal = ANONYMOUS
+    """Who asked for it (§34.5): its id is the execution's `created_by`."""
     idempotency_key: str | None = None
     parent_execution_id: str | None = None
     on_behalf_of: str | None = None
@@ -155,7 +156,7 @@ class ExecutionUseCases(ServiceBase):
                 self.settings.deadline_timeout,
                 idempotency_key=origin.idempotency_key,
                 parent_execution_id=origin.parent_execution_id,
-                created_by=origin.created_by,
+                created_by=origin.principal.id,
                 on_behalf_of=on_behalf_of,
                 session=session,
                 admitted_at=None if session is not None else now,

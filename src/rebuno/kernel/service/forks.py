@@ -16,6 +16,7 @@ from rebuno.kernel.domain.errors import Conflict, KernelError, ValidationFailed
 from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import pending
 from rebuno.kernel.domain.identity import step_id
+from rebuno.kernel.domain.principal import ANONYMOUS, Principal
 from rebuno.kernel.domain.records import Event, Execution, Step
 from rebuno.kernel.service import restoration
 from rebuno.kernel.service.base import ServiceBase, flush, new_id
@@ -35,7 +36,8 @@ class ForkRequest:
     session: str | None = None
     policy_bundle: str | None = None
     """An override of the source's policy for the fork's live steps (§26.4)."""
-    created_by: str = "anonymous"
+    principal: Principal = ANONYMOUS
+    """Who asked for the fork (§34.5): its id is the fork's `created_by`."""
 
 
 class ForkUseCases(ServiceBase):
@@ -77,7 +79,7 @@ class ForkUseCases(ServiceBase):
                 now,
                 self.settings.deadline_timeout,
                 parent_execution_id=source.parent_execution_id,
-                created_by=request.created_by,
+                created_by=request.principal.id,
                 on_behalf_of=source.on_behalf_of,
                 session=request.session,
                 admitted_at=now,

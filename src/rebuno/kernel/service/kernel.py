@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from rebuno.kernel.service.agents import AgentUseCases
+from rebuno.kernel.service.api_keys import ApiKeyUseCases
 from rebuno.kernel.service.approvals import ApprovalUseCases
 from rebuno.kernel.service.base import log
 from rebuno.kernel.service.dispatches import DispatchUseCases
@@ -31,6 +32,7 @@ class Kernel(
     ForkUseCases,
     PolicyTestUseCases,
     ResourceUseCases,
+    ApiKeyUseCases,
 ):
     """Every use case of the kernel; each opens exactly one store transaction."""
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, Protocol, TypeVar
 
+from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.records import (
     Agent,
     AgentMetadata,
@@ -468,6 +469,17 @@ class Transaction(Protocol):
         """Raises `NotFound`."""
         ...
 
+    async def insert_api_key(self, key: ApiKey) -> None: ...
+
+    async def rotate_api_key(self, key_id: str, old_hash: bytes, new_hash: bytes) -> bool:
+        """Replaces the hash only while it is `old_hash` and the key is not revoked (a
+        compare-and-swap); False when nothing changed."""
+        ...
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> None:
+        """Sets `revoked_at` unless it is set already; raises `NotFound`."""
+        ...
+
     async def update_agent_metadata(
         self, agent_id: str, metadata: AgentMetadata, now: datetime
     ) -> None:
@@ -579,6 +591,15 @@ class Store(Protocol):
     async def list_approvals(
         self, status: ApprovalStatus | None, execution_id: str | None
     ) -> list[Approval]: ...
+
+    async def find_api_key(self, key_id: str) -> ApiKey | None:
+        """The key, revoked or not, as committed: read on every request a key makes, so a
+        revocation or rotation holds on every replica from its commit (§34.7)."""
+        ...
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        """Every key, revoked ones included, in id (creation) order."""
+        ...
 
     # -- dispatch queue ------------------------------------------------------------------
     async def claim_dispatches(

@@ -23,6 +23,7 @@ from rebuno.kernel.api.schemas import render_execution
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.stream.sse import KEEPALIVE_FRAME, OK_FRAME
+from rebuno.protocol.enums import Scope
 
 RESYNC_FRAME = b'data: {"type":"resync"}\n\n'
 _PAYLOADS = ("input", "output", "omitted")
@@ -45,7 +46,7 @@ class ActivityRoutes:
         self._keepalive = keepalive
 
     def routes(self) -> list[BaseRoute]:
-        return [route("/v0/activity", GET=self.watch)]
+        return [route("/v0/activity", GET=self._gate.scoped(self.watch, Scope.EXECUTIONS_READ))]
 
     async def watch(self, request: Request) -> Response:
         await self._gate.client(request)

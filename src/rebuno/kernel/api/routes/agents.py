@@ -27,6 +27,7 @@ from rebuno.kernel.domain.errors import Forbidden, ValidationFailed
 from rebuno.kernel.domain.records import AgentMetadata, RawJson
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.canonical import dumps
+from rebuno.protocol.enums import Scope
 from rebuno.protocol.extensions import AgentInstance, is_incarnation, is_instance_name
 
 
@@ -38,22 +39,37 @@ class AgentRoutes:
     def routes(self) -> list[BaseRoute]:
         one = "/v0/agents/{agent_id}"
         return [
-            route("/v0/agents", GET=self.list, POST=self.register),
-            route(one, GET=self.get, DELETE=self.delete),
-            route(one + "/metadata", PUT=self.metadata),
-            route(one + "/instances", POST=self.announce),
+            route(
+                "/v0/agents",
+                GET=self._gate.scoped(self.list, Scope.AGENTS_READ),
+                POST=self._gate.scoped(self.register, Scope.AGENTS_WRITE),
+            ),
+            route(
+                one,
+                GET=self._gate.scoped(self.get, Scope.AGENTS_READ),
+                DELETE=self._gate.scoped(self.delete, Scope.AGENTS_WRITE),
+            ),
+            route(one + "/metadata", PUT=self._gate.signed(self.metadata)),
+            route(one + "/instances", POST=self._gate.signed(self.announce)),
         ]
 
     async def register(self, request: Request) -> Response:
-        body = parse_object(await self._gate.client(request))
+        raw, principal = await self._gate.principal(request)
+        body = parse_object(raw)
         bundle = body.get("policy_bundle")
         if bundle is not None and not is_text(bundle):
             raise ValidationFailed("validation error: policy_bundle must be a string")
+        agent_id = params.agent_id(text_field(body, "id", required=True))
+        webhook_url = text_field(body, "webhook_url", required=True)
+        secret = text_field(body, "secret", required=True)
+        lease_timeout = number_field(body, "lease_timeout_seconds")
+        if bundle:  # §34.2: a bundle also needs policies:write, checked before it compiles
+            principal.require(Scope.POLICIES_WRITE)
         agent = await self._kernel.register_agent(
-            params.agent_id(text_field(body, "id", required=True)),
-            text_field(body, "webhook_url", required=True),
-            text_field(body, "secret", required=True),
-            number_field(body, "lease_timeout_seconds"),
+            agent_id,
+            webhook_url,
+            secret,
+            lease_timeout,
             str(bundle) if bundle else None,
             # An absent bundle keeps the stored one; an explicit "" removes it (§5.3).
             keep_bundle=bundle is None,

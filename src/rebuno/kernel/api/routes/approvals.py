@@ -16,7 +16,7 @@ from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, no_content, render_approval
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
-from rebuno.protocol.enums import ApprovalStatus
+from rebuno.protocol.enums import ApprovalStatus, Scope
 
 ALL = "all"
 
@@ -46,10 +46,10 @@ class ApprovalRoutes:
     def routes(self) -> list[BaseRoute]:
         one = "/v0/approvals/{approval_id}"
         return [
-            route("/v0/approvals", GET=self.list),
-            route(one, GET=self.get),
-            route(one + "/grant", POST=self.grant),
-            route(one + "/deny", POST=self.deny),
+            route("/v0/approvals", GET=self._gate.scoped(self.list, Scope.APPROVALS_READ)),
+            route(one, GET=self._gate.scoped(self.get, Scope.APPROVALS_READ)),
+            route(one + "/grant", POST=self._gate.scoped(self.grant, Scope.APPROVALS_WRITE)),
+            route(one + "/deny", POST=self._gate.scoped(self.deny, Scope.APPROVALS_WRITE)),
         ]
 
     async def list(self, request: Request) -> Response:

@@ -43,7 +43,7 @@ from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.forks import ForkRequest
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter
-from rebuno.protocol.enums import ExecutionStatus
+from rebuno.protocol.enums import ExecutionStatus, Scope
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_RECORDS, asks_for
 
 REPLAY_HEADER = "Rebuno-Idempotent-Replay"
@@ -139,25 +139,26 @@ class ExecutionRoutes:
     def routes(self) -> list[BaseRoute]:
         base = "/v0/executions"
         one = base + "/{execution_id}"
+        gate, read, write = self._gate, Scope.EXECUTIONS_READ, Scope.EXECUTIONS_WRITE
         return [
-            route(base, GET=self.list, POST=self.create),
-            route(one, GET=self.get),
-            route(one + "/events", GET=self.events),
-            route(one + "/cancel", POST=self.cancel),
-            route(one + "/previous", GET=self.previous),
-            route(one + "/suspend", POST=self.suspend),
-            route(one + "/fork", POST=self.fork),
-            route(one + "/fork-points", GET=self.fork_points),
-            route(one + "/heartbeat", POST=self.heartbeat),
-            route(one + "/complete", POST=self.complete),
-            route(one + "/fail", POST=self.fail),
+            route(base, GET=gate.scoped(self.list, read), POST=gate.scoped(self.create, write)),
+            route(one, GET=gate.scoped_or_agent(self.get, read)),
+            route(one + "/events", GET=gate.scoped(self.events, read)),
+            route(one + "/cancel", POST=gate.scoped(self.cancel, write)),
+            route(one + "/previous", GET=gate.scoped_or_agent(self.previous, read)),
+            route(one + "/suspend", POST=gate.signed(self.suspend)),
+            route(one + "/fork", POST=gate.scoped(self.fork, write)),
+            route(one + "/fork-points", GET=gate.scoped(self.fork_points, read)),
+            route(one + "/heartbeat", POST=gate.signed(self.heartbeat)),
+            route(one + "/complete", POST=gate.signed(self.complete)),
+            route(one + "/fail", POST=gate.signed(self.fail)),
         ]
 
     async def create(self, request: Request) -> Response:
         body, principal = await self._gate.principal(request)
         fields = await off_loop(body, _create_fields)
         origin = Origin(
-            created_by=principal,
+            principal=principal,
             idempotency_key=fields.idempotency_key,
             parent_execution_id=fields.parent_execution_id,
             on_behalf_of=fields.on_behalf_of,
@@ -223,16 +224,17 @@ class ExecutionRoutes:
     async def fork(self, request: Request) -> Response:
         """§26.2: `{"at_seq", "session"?, "policy_bundle"?}` → the fork."""
         body, principal = await self._gate.principal(request)
+        target = execution_id(request)
         fields = parse_object(body)
         fork = ForkRequest(
             at_seq=_at_seq(fields),
             session=label_field(fields, "session"),
             policy_bundle=text_field(fields, "policy_bundle") or None,
-            created_by=principal,
+            principal=principal,
         )
-        return json_response(
-            render_execution(await self._kernel.fork(execution_id(request), fork)), 201
-        )
+        if fork.policy_bundle:  # §34.2: after parsing, before the source is looked up
+            principal.require(Scope.POLICIES_WRITE)
+        return json_response(render_execution(await self._kernel.fork(target, fork)), 201)
 
     async def fork_points(self, request: Request) -> Response:
         """§26.1: every seq up to the latest is a fork point; §33.7: and what covers each."""

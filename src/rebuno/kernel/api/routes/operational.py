@@ -27,10 +27,10 @@ class OperationalRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            route("/v0/health", GET=self.health),
-            route("/v0/ready", GET=self.ready),
-            route(openapi.PATH, GET=self.document),
-            route("/metrics", GET=self.metrics),
+            route("/v0/health", GET=self._gate.open(self.health)),
+            route("/v0/ready", GET=self._gate.open(self.ready)),
+            route(openapi.PATH, GET=self._gate.open(self.document)),
+            route("/metrics", GET=self._gate.open(self.metrics)),
         ]
 
     async def health(self, request: Request) -> Response:

@@ -35,7 +35,7 @@ from rebuno.kernel.service.policytests import (
     PolicyTest,
     ReplayedExecutions,
 )
-from rebuno.protocol.enums import StepKind
+from rebuno.protocol.enums import Scope, StepKind
 from rebuno.protocol.times import parse_timestamp
 
 _SELECTOR_KEYS = frozenset({"session", "since", "limit"})
@@ -62,9 +62,12 @@ class PolicyRoutes:
     def routes(self) -> list[BaseRoute]:
         one = "/v0/policies/{agent_id}"
         return [
-            route(one, POST=self.set),
-            route(one + "/test", POST=self.test),
-            route(one + "/check", POST=self.check),
+            route(one, POST=self._gate.scoped(self.set, Scope.POLICIES_WRITE)),
+            route(
+                one + "/test",
+                POST=self._gate.scoped(self.test, Scope.POLICIES_WRITE, Scope.EXECUTIONS_READ),
+            ),
+            route(one + "/check", POST=self._gate.scoped(self.check, Scope.POLICIES_WRITE)),
         ]
 
     async def set(self, request: Request) -> Response:

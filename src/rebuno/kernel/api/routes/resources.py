@@ -87,9 +87,9 @@ class ResourceRoutes:
     def routes(self) -> list[BaseRoute]:
         resources = "/v0/executions/{execution_id}/resources"
         return [
-            route(resources, POST=self.register),
-            route(resources + "/checkpoints", POST=self.publish),
-            route(resources + "/{key}/binding", POST=self.bind),
+            route(resources, POST=self._gate.signed(self.register)),
+            route(resources + "/checkpoints", POST=self._gate.signed(self.publish)),
+            route(resources + "/{key}/binding", POST=self._gate.signed(self.bind)),
         ]
 
     async def register(self, request: Request) -> Response:

@@ -31,7 +31,7 @@ from rebuno.kernel.domain.decision import Carried, StepDecision, StepRequest
 from rebuno.kernel.domain.records import Lease, RawJson
 from rebuno.kernel.domain.resource import Captures
 from rebuno.kernel.service.kernel import Kernel
-from rebuno.protocol.enums import StepStatus
+from rebuno.protocol.enums import Scope, StepStatus
 from rebuno.protocol.extensions import (
     EXTENSIONS_HEADER,
     STEP_OCCURRENCES,
@@ -70,10 +70,14 @@ class StepRoutes:
         steps = "/v0/executions/{execution_id}/steps"
         one = steps + "/{step_id}"
         return [
-            route(steps, GET=self.list, POST=self.submit),
-            route(one, GET=self.get),
-            route(one + "/complete", POST=self.complete),
-            route(one + "/fail", POST=self.fail),
+            route(
+                steps,
+                GET=self._gate.scoped_or_agent(self.list, Scope.EXECUTIONS_READ),
+                POST=self._gate.signed(self.submit),
+            ),
+            route(one, GET=self._gate.scoped_or_agent(self.get, Scope.EXECUTIONS_READ)),
+            route(one + "/complete", POST=self._gate.signed(self.complete)),
+            route(one + "/fail", POST=self._gate.signed(self.fail)),
         ]
 
     async def list(self, request: Request) -> Response:

@@ -23,6 +23,7 @@ from rebuno.kernel.api.schemas import no_content
 from rebuno.kernel.domain.errors import PayloadTooLarge, ValidationFailed
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.stream.sse import sse_frames
+from rebuno.protocol.enums import Scope
 
 MAX_DELTA_BYTES = 7000
 """Fits one Postgres NOTIFY payload with its envelope (§16.3); SDKs send 1750 characters."""
@@ -65,8 +66,8 @@ class StreamRoutes:
     def routes(self) -> list[BaseRoute]:
         one = "/v0/executions/{execution_id}"
         return [
-            route(one + "/stream", GET=self.subscribe),
-            route(one + "/steps/{step_id}/stream", POST=self.publish),
+            route(one + "/stream", GET=self._gate.scoped(self.subscribe, Scope.EXECUTIONS_READ)),
+            route(one + "/steps/{step_id}/stream", POST=self._gate.signed(self.publish)),
         ]
 
     async def publish(self, request: Request) -> Response:

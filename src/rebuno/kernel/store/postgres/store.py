@@ -22,6 +22,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import (
     Agent,
@@ -48,6 +49,7 @@ from rebuno.kernel.store.base import (
 )
 from rebuno.kernel.store.postgres import (
     agents,
+    api_keys,
     approvals,
     dispatches,
     events,
@@ -368,6 +370,12 @@ class PostgresStore:
 
     async def list_agents(self) -> list[Agent]:
         return await self._read(agents.list_all)
+
+    async def find_api_key(self, key_id: str) -> ApiKey | None:
+        return await self._read(api_keys.find, key_id)
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        return await self._read(api_keys.list_all)
 
     async def get_approval(self, approval_id: str) -> Approval:
         return await self._read(approvals.get, approval_id)

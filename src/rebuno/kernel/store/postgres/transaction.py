@@ -24,6 +24,7 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import TupleRow
 
+from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.records import (
     Agent,
     AgentMetadata,
@@ -52,6 +53,7 @@ from rebuno.kernel.store.base import (
 )
 from rebuno.kernel.store.postgres import (
     agents,
+    api_keys,
     approvals,
     dispatches,
     events,
@@ -414,6 +416,15 @@ class PostgresTransaction:
 
     async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
         await self._run(agents.set_policy_bundle, agent_id, bundle)
+
+    async def insert_api_key(self, key: ApiKey) -> None:
+        await self._run(api_keys.insert, key)
+
+    async def rotate_api_key(self, key_id: str, old_hash: bytes, new_hash: bytes) -> bool:
+        return await self._run(api_keys.rotate, key_id, old_hash, new_hash)
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> None:
+        await self._run(api_keys.revoke, key_id, now)
 
     async def update_agent_metadata(
         self, agent_id: str, metadata: AgentMetadata, now: datetime

@@ -203,6 +203,20 @@ _AGENT_METADATA = (
     "ALTER TABLE agents ADD COLUMN metadata_updated_at INTEGER",
 )
 
+_API_KEYS = (
+    # Scoped API keys (§34): the SHA-256 of each whole token, never the token; keys are never
+    # deleted, and their scopes (a JSON array) never change.
+    """CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        secret_hash BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER,
+        created_by TEXT
+    )""",
+)
+
 # External resources (§33): their metadata and checkpoints, child rows of their execution;
 # the keys each step affects; whether an execution has any (so one without reads nothing
 # more); what a fork restored.
@@ -244,6 +258,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _SEEN_REQUESTS,
     _EXECUTION_ORIGIN,
     _AGENT_METADATA,
+    _API_KEYS,
     _RESOURCES,
 )
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""

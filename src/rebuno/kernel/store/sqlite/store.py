@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TextIO, TypeVar
 
+from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import (
     Agent,
@@ -57,6 +58,7 @@ from rebuno.kernel.store.base import (
 )
 from rebuno.kernel.store.sqlite import (
     agents,
+    api_keys,
     approvals,
     dispatches,
     events,
@@ -473,6 +475,12 @@ class SqliteStore:
 
     async def list_agents(self) -> list[Agent]:
         return self._read(agents.list_all)
+
+    async def find_api_key(self, key_id: str) -> ApiKey | None:
+        return self._read(api_keys.find, key_id)
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        return self._read(api_keys.list_all)
 
     async def get_approval(self, approval_id: str) -> Approval:
         return self._read(approvals.get, approval_id)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
 from rebuno.kernel.domain import identity
+from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import (
     Agent,
@@ -41,6 +42,7 @@ from rebuno.kernel.store.base import (
 )
 from rebuno.kernel.store.sqlite import (
     agents,
+    api_keys,
     approvals,
     dispatches,
     executions,
@@ -270,6 +272,15 @@ class SqliteTransaction:
 
     async def set_policy_bundle(self, agent_id: str, bundle: str | None) -> None:
         self._run(agents.set_policy_bundle, agent_id, bundle)
+
+    async def insert_api_key(self, key: ApiKey) -> None:
+        self._run(api_keys.insert, key)
+
+    async def rotate_api_key(self, key_id: str, old_hash: bytes, new_hash: bytes) -> bool:
+        return self._run(api_keys.rotate, key_id, old_hash, new_hash)
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> None:
+        self._run(api_keys.revoke, key_id, now)
 
     async def update_agent_metadata(
         self, agent_id: str, metadata: AgentMetadata, now: datetime
