@@ -2,7 +2,8 @@
 
 Write an agent with `Agent`, `tool`, `wrap_tool`, `step` and `http_client` (a handler may
 return a `Result` with the `state` the next execution reads through `previous`, and a tool
-may run another agent with `subagent`); drive
+may run another agent with `subagent`, and external state is registered with `resource` and
+captured under a `CheckpointPolicy`); drive
 executions with `Client`. `rebuno.types` holds the models, `rebuno.mcp` the MCP tool wrappers.
 """
 
@@ -13,6 +14,7 @@ from rebuno.sdk.client import Client
 from rebuno.sdk.errors import (
     APIError,
     Blocked,
+    CheckpointUnavailable,
     ConflictError,
     ForbiddenError,
     LeaseSuperseded,
@@ -29,6 +31,7 @@ from rebuno.sdk.errors import (
     raise_for_refusal,
 )
 from rebuno.sdk.llm import RebunoTransport, http_client
+from rebuno.sdk.resources import CheckpointPolicy, resource
 from rebuno.sdk.steps import step
 from rebuno.sdk.subagent import subagent
 from rebuno.sdk.tools import tool, wrap_tool
@@ -37,6 +40,8 @@ __all__ = [
     "APIError",
     "Agent",
     "Blocked",
+    "CheckpointPolicy",
+    "CheckpointUnavailable",
     "Client",
     "ConflictError",
     "ForbiddenError",
@@ -57,6 +62,7 @@ __all__ = [
     "http_client",
     "previous",
     "raise_for_refusal",
+    "resource",
     "step",
     "subagent",
     "tool",

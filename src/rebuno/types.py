@@ -18,8 +18,10 @@ __all__ = [
     "Execution",
     "ExecutionPage",
     "ExecutionStatus",
+    "Resource",
     "Step",
     "StepDecision",
+    "StepResource",
     "StreamDelta",
 ]
 
@@ -72,6 +74,9 @@ class Execution(_Model):
     forked_from: str = ""
     fork_seq: int = 0
     spawned_by: SpawnedBy | None = None
+    restoration: dict[str, dict[str, Any]] = {}
+    """A fork's: for each resource, the checkpoint it starts from (`checkpoint_ref`,
+    `checkpoint_seq`) and whether that checkpoint covers the fork point (`covered`)."""
     omitted: dict[str, int] = {}
 
 
@@ -104,6 +109,15 @@ class Step(_Model):
     in bytes; `Client.get_step` has them."""
 
 
+class StepResource(_Model):
+    """A resource a proceeding step touches, at its new generation; `due`: capture it after
+    the step's body (its checkpoint policy says so)."""
+
+    key: str = ""
+    generation: int = 0
+    due: bool = False
+
+
 class StepDecision(_Model):
     """The kernel's answer to a step submission: proceed, replay, or a refusal."""
 
@@ -114,6 +128,19 @@ class StepDecision(_Model):
     approval_id: str | None = None
     reason: str = ""
     rule_id: str = ""
+    resources: list[StepResource] = []
+
+
+class Resource(_Model):
+    """An external resource as the kernel knows it in one execution (§33.2)."""
+
+    key: str = ""
+    generation: int = 0
+    binding: Any = None
+    checkpoint_ref: str = ""
+    covered: bool = False
+    every_steps: int = 0
+    on_completion: bool = False
 
 
 class Event(_Model):

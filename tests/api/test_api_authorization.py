@@ -44,6 +44,9 @@ EXPECTED: dict[tuple[str, str], tuple[Credential, tuple[Scope, ...]]] = {
     ("POST", "/v0/executions/{execution_id}/steps/{step_id}/complete"): (AGENT, ()),
     ("POST", "/v0/executions/{execution_id}/steps/{step_id}/fail"): (AGENT, ()),
     ("POST", "/v0/executions/{execution_id}/steps/{step_id}/stream"): (AGENT, ()),
+    ("POST", "/v0/executions/{execution_id}/resources"): (AGENT, ()),
+    ("POST", "/v0/executions/{execution_id}/resources/checkpoints"): (AGENT, ()),
+    ("POST", "/v0/executions/{execution_id}/resources/{key}/binding"): (AGENT, ()),
     ("POST", "/v0/agents"): (BEARER, (Scope.AGENTS_WRITE,)),
     ("GET", "/v0/agents"): (BEARER, (Scope.AGENTS_READ,)),
     ("GET", "/v0/agents/{agent_id}"): (BEARER, (Scope.AGENTS_READ,)),
@@ -80,6 +83,7 @@ SAMPLE = {
     "agent_id": "nobody",
     "approval_id": "0192d8c0-1234-7abc-8def-0123456789ac",
     "key_id": "0192d8c0-1234-7abc-8def-0123456789ad",
+    "key": "workspace",
 }
 
 

@@ -271,19 +271,24 @@ async def test_missing_and_null_args_name_the_same_step(
     assert all("args" not in s for s in steps)
 
 
-async def test_step_completion_refuses_captures(leased: AgentClient, execution: Execution) -> None:
+async def test_step_completion_refuses_malformed_captures_and_records_refused_ones(
+    leased: AgentClient, execution: Execution, client: httpx.AsyncClient
+) -> None:
     decision = await leased.post(f"/v0/executions/{execution.id}/steps", SEARCH)
     step_id = decision.json()["step_id"]
-    refused = await leased.post(
+    malformed = await leased.post(
         f"/v0/executions/{execution.id}/steps/{step_id}/complete",
-        {"result": 1, "captures": [{"key": "db", "generation": 1, "checkpoint_ref": "r"}]},
+        {"result": 1, "captures": [{"key": "db", "generation": "1", "checkpoint_ref": "r"}]},
     )
     accepted = await leased.post(
         f"/v0/executions/{execution.id}/steps/{step_id}/complete",
-        {"result": 1, "captures": [], "capture_failures": []},
+        {"result": 1, "captures": [{"key": "db", "generation": 1, "checkpoint_ref": "r"}]},
     )
-    assert_error(refused, 400, "validation_error")
+    assert_error(malformed, 400, "validation_error")
     assert accepted.json() == {"decision": "recorded"}
+    events = (await client.get(f"/v0/executions/{execution.id}/events")).json()
+    assert events[-1]["type"] == "resource.checkpoint_failed"
+    assert events[-1]["payload"]["error"] == "unknown_resource"
 
 
 async def test_execution_failure_reason_must_be_a_string(

@@ -20,6 +20,7 @@ SAMPLE = {
     "step_id": "a" * 64,
     "agent_id": "researcher",
     "approval_id": "0192d8c0-1234-7abc-8def-0123456789ac",
+    "key": "workspace",
     "key_id": "0192d8c0-1234-7abc-8def-0123456789ad",
 }
 

@@ -41,6 +41,9 @@ EXPECTED_ALL = {
     "Result",
     "previous",
     "subagent",
+    "resource",
+    "CheckpointPolicy",
+    "CheckpointUnavailable",
 }
 
 SIGNATURES = {
@@ -65,10 +68,12 @@ SIGNATURES = {
     "Client.list_steps": "(self, execution_id, *, status='')",
     "Client.get_step": "(self, execution_id, step_id)",
     "Client.get_approval": "(self, approval_id)",
-    "tool": "(tool_id=None, *, idempotency='safe_to_retry')",
+    "tool": "(tool_id=None, *, idempotency='safe_to_retry', resources=None)",
     "wrap_tool": "(name, invoke, *, description='', args_schema=None, "
-    "idempotency='safe_to_retry', to_result=None, transform_args=None)",
-    "step": "(name, fn, args=None, idempotency='safe_to_retry')",
+    "idempotency='safe_to_retry', to_result=None, transform_args=None, resources=None)",
+    "step": "(name, fn, args=None, idempotency='safe_to_retry', resources=None)",
+    "resource": "(key, *, driver, checkpoints=None)",
+    "CheckpointPolicy": "(every_steps=1, on_completion=True)",
     "http_client": "(**kwargs)",
     "RebunoTransport": "(inner=None)",
     "RebunoTransport.handle_async_request": "(self, request)",
@@ -108,11 +113,13 @@ ASYNC = [
     "Client.deny_approval",
     "Client.close",
     "step",
+    "resource",
     "RebunoTransport.handle_async_request",
 ]
 
 ERROR_PARENTS = {
     "NetworkError": "RebunoError",
+    "CheckpointUnavailable": "RebunoError",
     "APIError": "RebunoError",
     "ValidationError": "APIError",
     "UnauthorizedError": "APIError",

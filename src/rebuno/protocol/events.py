@@ -31,6 +31,11 @@ class EventType(StrEnum):
     DISPATCH_ACKED = "dispatch.acked"
     DISPATCH_FAILED = "dispatch.failed"
     DISPATCH_DISCARDED = "dispatch.discarded"
+    RESOURCE_REGISTERED = "resource.registered"
+    RESOURCE_BOUND = "resource.bound"
+    RESOURCE_INITIALIZED = "resource.initialized"
+    RESOURCE_CHECKPOINTED = "resource.checkpointed"
+    RESOURCE_CHECKPOINT_FAILED = "resource.checkpoint_failed"
 
 
 LEASE_EXPIRED = "lease_expired"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -34,7 +34,7 @@ from rebuno.sdk.errors import (
     Terminated,
     ToolError,
 )
-from rebuno.types import StepDecision
+from rebuno.types import Resource, StepDecision, StepResource
 
 logger = logging.getLogger("rebuno")
 
@@ -60,6 +60,8 @@ _current: ContextVar[ExecutionContext | None] = ContextVar("rebuno_execution", d
 _current_step: ContextVar[str | None] = ContextVar("rebuno_step", default=None)
 """The id of the recorded step whose body the current code runs in (for `subagent`)."""
 _background: set[asyncio.Task[None]] = set()
+_holding_effects: ContextVar[bool] = ContextVar("rebuno_effects", default=False)
+"""The current code runs inside a step that holds the context's effects lock."""
 
 
 class ExecutionContext:
@@ -113,6 +115,11 @@ class ExecutionContext:
         self._waiting_bodies = 0
         self._suspension: asyncio.Future[bool] | None = None
         """The answer of the one suspend every waiting body shares."""
+        self._opened: dict[str, _Opened] = {}
+        """The resources registered in this delivery, by key (§33.10)."""
+        self._effects: asyncio.Lock | None = None
+        """Held by `resource()` and, once a resource is registered, by every tool and step:
+        their generations follow one another."""
 
     @property
     def kernel_url(self) -> str:
@@ -146,6 +153,7 @@ class ExecutionContext:
         idempotency: str = "safe_to_retry",
         run: Callable[[], Any] | None = None,
         kind: str = StepKind.TOOL_CALL,
+        resources: Sequence[str] = (),
     ) -> Any:
         """Submit one effect as a step and act on the decision.
 
@@ -153,14 +161,34 @@ class ExecutionContext:
         result; `replay` returns the recorded result or raises the recorded error as a
         `ToolError`; every other decision raises (`PolicyError`, `RateLimited`, `Blocked`,
         `Terminated`). `args` must be JSON: anything else raises `TypeError` before any call.
+        `resources`: the registered resources the effect changes (§33.5).
         """
         encoded = encode_json(args)
+        if (self._opened or resources) and not _holding_effects.get():
+            async with self._effects_lock():
+                token = _holding_effects.set(True)  # a nested step runs inside this one
+                try:
+                    return await self._invoke(kind, target, encoded, idempotency, run, resources)
+                finally:
+                    _holding_effects.reset(token)
         if self._reporting and idempotency == "safe_to_retry" and kind != StepKind.LLM_CALL:
             return await self._run_unsubmitted(kind, target, encoded, run)
-        decision = await self._submit(kind, target, encoded, idempotency)
+        return await self._invoke(kind, target, encoded, idempotency, run)
+
+    async def _invoke(
+        self,
+        kind: str,
+        target: str,
+        encoded: bytes,
+        idempotency: str,
+        run: Callable[[], Any] | None,
+        resources: Sequence[str] = (),
+    ) -> Any:
+        decision = await self._submit(kind, target, encoded, idempotency, resources)
         match _decision(decision):
             case Decision.PROCEED:
-                return await self._run_body(decision.step_id, target, run, idempotency)
+                due = [entry for entry in decision.resources if entry.due]
+                return await self._run_body(decision.step_id, target, run, idempotency, due)
             case Decision.REPLAY:
                 return _replayed(decision, target)
             case _:
@@ -190,7 +218,9 @@ class ExecutionContext:
         waiting to be carried travel with it. `args` must be JSON (`TypeError` otherwise)."""
         return await self._submit(kind, target, encode_json(args), idempotency)
 
-    async def _submit(self, kind: str, target: str, args: bytes, idempotency: str) -> StepDecision:
+    async def _submit(
+        self, kind: str, target: str, args: bytes, idempotency: str, resources: Sequence[str] = ()
+    ) -> StepDecision:
         # `args` is encoded before the completions are taken, so a refused value loses none.
         if self._carried and not self.fits_beside(len(args)):
             await self.flush_completions()  # they would not fit beside these arguments
@@ -203,6 +233,7 @@ class ExecutionContext:
             args=args,
             idempotency=idempotency,
             completions=self.take_completions(),
+            resources=resources if kind != StepKind.LLM_CALL else (),
         )
         if self._occurrences is not None:
             key = (kind, target, args_hash(canonical_args(args)))
@@ -393,8 +424,15 @@ class ExecutionContext:
                 logger.warning("heartbeat failed for execution_id=%s: %s", self.id, exc)
 
     async def _run_body(
-        self, step_id: str, target: str, run: Callable[[], Any] | None, idempotency: str
+        self,
+        step_id: str,
+        target: str,
+        run: Callable[[], Any] | None,
+        idempotency: str,
+        due: Sequence[StepResource] = (),
     ) -> Any:
+        """Runs a proceeding step's body and records its outcome, with a capture of each
+        resource `due` after it (§33.6)."""
         token = _current_step.set(step_id)
         self._bodies += 1
         try:
@@ -406,14 +444,102 @@ class ExecutionContext:
             # and the next attempt decides it by its idempotency.
             raise
         except Exception as exc:
-            await self._fail_quietly(step_id, exc)
+            captures = await self._capture(due)
+            await self._fail_quietly(step_id, exc, captures)
             raise ToolError(str(exc) or type(exc).__name__, target, step_id) from exc
         finally:
             _current_step.reset(token)
             self._bodies -= 1
             self._suspend_when_all_wait()
+        if due:
+            captures = await self._capture(due)
+            send = self._kernel.complete_step(self.id, step_id, self._lease, recorded, captures)
+            await self._guard(send)
+            return result
         await self._record(step_id, recorded, idempotency)
         return result
+
+    def _effects_lock(self) -> asyncio.Lock:
+        if self._effects is None:
+            self._effects = asyncio.Lock()
+        return self._effects
+
+    async def open_resource(self, key: str, driver: Any, policy: Any) -> Any:
+        """`rebuno.resource`: see there. Under the effects lock, once per delivery."""
+        if _holding_effects.get():
+            return await self._open_resource(key, driver, policy)
+        async with self._effects_lock():
+            return await self._open_resource(key, driver, policy)
+
+    async def _open_resource(self, key: str, driver: Any, policy: Any) -> Any:
+        opened = self._opened.get(key)
+        if opened is not None:
+            return opened.handle
+        # Completions are no longer carried: captures travel with each outcome.
+        await self.flush_completions()
+        self._carry = self._reporting = self._heartbeat_carries = False
+        fields = _registration(key, driver, policy)
+        view = await self._guard(self._kernel.register_resource(self.id, self._lease, fields))
+        if view.binding is not None:
+            handle = await _driver_call(driver.open, view.binding)
+        else:
+            handle, binding = await _driver_call(driver.create, view.checkpoint_ref or None)
+            await self._guard(self._kernel.bind_resource(self.id, self._lease, key, binding))
+        self._opened[key] = _Opened(key, driver, handle, fields)
+        if view.every_steps > 0 and not view.covered:
+            baseline = [StepResource(key=key, generation=view.generation, due=True)]
+            captures = await self._capture(baseline)
+            if captures:
+                await self._guard(self._kernel.publish_checkpoints(self.id, self._lease, captures))
+        return handle
+
+    async def checkpoint_on_completion(self) -> None:
+        """Before the run completes: each resource whose policy captures on completion and
+        that no checkpoint covers now is captured. Errors are logged; control flow stops."""
+        for opened in list(self._opened.values()):
+            try:
+                register = self._kernel.register_resource(self.id, self._lease, opened.fields)
+                view: Resource = await self._guard(register)
+                if not (view.on_completion and not view.covered):
+                    continue
+                due = [StepResource(key=opened.key, generation=view.generation, due=True)]
+                captures = await self._capture(due)
+                if captures:
+                    send = self._kernel.publish_checkpoints(self.id, self._lease, captures)
+                    await self._guard(send)
+            except (Blocked, Terminated, LeaseSuperseded):
+                raise
+            except RebunoError as exc:
+                logger.warning(
+                    "could not checkpoint resource %s of execution_id=%s: %s",
+                    opened.key,
+                    self.id,
+                    exc,
+                )
+
+    async def _capture(self, due: Sequence[StepResource]) -> dict[str, Any]:
+        """The `captures` and `capture_failures` of the resources `due`; empty when none."""
+        captures: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
+        for entry in due:
+            opened = self._opened.get(entry.key)
+            if opened is None:
+                continue
+            try:
+                ref = await _driver_call(opened.driver.checkpoint, opened.handle)
+                captures.append(
+                    {"key": entry.key, "generation": entry.generation, "checkpoint_ref": str(ref)}
+                )
+            except Exception as exc:
+                failures.append(
+                    {"key": entry.key, "generation": entry.generation, "error": _describe(exc)}
+                )
+        found: dict[str, Any] = {}
+        if captures:
+            found["captures"] = captures
+        if failures:
+            found["capture_failures"] = failures
+        return found
 
     async def await_subagent(self, step_id: str) -> Any:
         """Waits for the sub-agent the step `step_id` started (§25.8): once every step body
@@ -452,10 +578,13 @@ class ExecutionContext:
     async def _suspend(self) -> bool:
         return await self._guard(self._kernel.suspend(self.id, self._lease))
 
-    async def _fail_quietly(self, step_id: str, exc: Exception) -> None:
+    async def _fail_quietly(
+        self, step_id: str, exc: Exception, captures: dict[str, Any] | None = None
+    ) -> None:
         error = _error_of(exc)
         try:
-            await self._guard(self._kernel.fail_step(self.id, step_id, self._lease, error))
+            send = self._kernel.fail_step(self.id, step_id, self._lease, error, captures)
+            await self._guard(send)
         except RebunoError as failure:
             # The body's own error is what the caller needs; this one only loses the record.
             logger.warning(
@@ -595,6 +724,40 @@ def _size(carried: Carried) -> int:
     if isinstance(carried, Completion):
         return len(carried.result) + 100
     return len(carried.args) + len(carried.result or carried.error or b"") + 200
+
+
+@dataclass
+class _Opened:
+    """A resource registered in this delivery: its driver, handle and registration."""
+
+    key: str
+    driver: Any
+    handle: Any
+    fields: dict[str, Any]
+
+
+def _registration(key: str, driver: Any, policy: Any) -> dict[str, Any]:
+    """The register request (§33.2), all six members; no policy is `every_steps: 0`."""
+    return {
+        "key": key,
+        "driver_id": driver.driver_id,
+        "configuration": getattr(driver, "configuration", None),
+        "coverage_reuse": bool(getattr(driver, "coverage_reuse", False)),
+        "every_steps": policy.every_steps if policy is not None else 0,
+        "on_completion": policy.on_completion if policy is not None else False,
+    }
+
+
+async def _driver_call(method: Any, *args: Any) -> Any:
+    """A driver method, sync or async."""
+    result = method(*args)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _error_of(exc: Exception) -> dict[str, str]:

@@ -14,6 +14,7 @@ import json
 import socket
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from rebuno.protocol import signing
 from rebuno.protocol.extensions import EXTENSIONS_HEADER, STEP_OCCURRENCES, STEP_RECORDS, parse
 from rebuno.sdk._wire import JSON, open_pool, segment, send
 from rebuno.sdk.errors import APIError, ForbiddenError, NetworkError, UnauthorizedError
-from rebuno.types import Execution, StepDecision
+from rebuno.types import Execution, Resource, StepDecision
 
 # One encoder for every body: json.dumps with options builds a fresh one per call.
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
@@ -157,11 +158,14 @@ class KernelClient:
         completions: list[Carried] | None = None,
         ask_records: bool = False,
         occurrence: int | None = None,
+        resources: Sequence[str] = (),
     ) -> tuple[StepDecision, bool]:
         """Submit a step whose `args` are already encoded with `encode_json`. With
         `ask_records`, also returns whether the kernel lets the `step-records` grant go on.
         An `occurrence` is sent under `step-occurrences`."""
         fields: dict[str, Any] = {"kind": kind, "target": target, "idempotency": idempotency}
+        if resources:
+            fields["resources"] = list(resources)
         asked = STEP_RECORDS if ask_records else None
         if occurrence is not None:
             fields["occurrence"] = occurrence
@@ -173,15 +177,46 @@ class KernelClient:
         return StepDecision.model_validate_json(response.body), _granted(response, ask_records)
 
     async def complete_step(
-        self, execution_id: str, step_id: str, lease: Lease, result: bytes
+        self,
+        execution_id: str,
+        step_id: str,
+        lease: Lease,
+        result: bytes,
+        captures: dict[str, Any] | None = None,
     ) -> None:
-        """Record a step's result, already encoded with `encode_json`."""
+        """Record a step's result, already encoded with `encode_json`; `captures`: the
+        `captures` and `capture_failures` members, when there are any (§33.6)."""
         path = _step_path(execution_id, step_id, "complete")
-        await self._send("POST", path, _body({}, result=result), lease)
+        await self._send("POST", path, _body(captures or {}, result=result), lease)
 
-    async def fail_step(self, execution_id: str, step_id: str, lease: Lease, error: Any) -> None:
+    async def fail_step(
+        self,
+        execution_id: str,
+        step_id: str,
+        lease: Lease,
+        error: Any,
+        captures: dict[str, Any] | None = None,
+    ) -> None:
         path = _step_path(execution_id, step_id, "fail")
-        await self._send("POST", path, encode_json({"error": error}), lease)
+        await self._send("POST", path, encode_json({"error": error, **(captures or {})}), lease)
+
+    async def register_resource(
+        self, execution_id: str, lease: Lease, fields: dict[str, Any]
+    ) -> Resource:
+        """§33.2: registers a resource (or checks a registered one) and answers its view."""
+        path = f"/v0/executions/{segment(execution_id)}/resources"
+        response = await self._send("POST", path, encode_json(fields), lease)
+        return Resource.model_validate_json(response.body)
+
+    async def bind_resource(self, execution_id: str, lease: Lease, key: str, binding: Any) -> None:
+        path = f"/v0/executions/{segment(execution_id)}/resources/{segment(key)}/binding"
+        await self._send("POST", path, encode_json({"binding": binding}), lease)
+
+    async def publish_checkpoints(
+        self, execution_id: str, lease: Lease, captures: dict[str, Any]
+    ) -> None:
+        path = f"/v0/executions/{segment(execution_id)}/resources/checkpoints"
+        await self._send("POST", path, encode_json(captures), lease)
 
     async def stream_delta(
         self, execution_id: str, step_id: str, lease: Lease, *, seq: int, data: str

@@ -393,6 +393,7 @@ class Agent:
             result = self._handler(**kwargs)
             if inspect.isawaitable(result):
                 result = await result
+            await context.checkpoint_on_completion()
             if isinstance(result, Result):
                 return Result(jsonable(result.output), jsonable(result.state)), None
             return jsonable(result), None

@@ -13,6 +13,7 @@ RebunoError                  every SDK exception; carries rule_id, step_id, tool
 │   └── LeaseSuperseded      409 lease_superseded: a newer delivery attempt owns the dispatch
 ├── ToolError                a tool body failed, or its outcome is unknown (indeterminate)
 ├── RateLimited              a policy rate limit refused the step; has reason and rule_id
+├── CheckpointUnavailable    a resource driver cannot restore the checkpoint it was given
 ├── Blocked                  control flow: a step waits for a human approval
 └── Terminated               control flow: the execution is terminal (409 execution_terminal)
 ```
@@ -33,6 +34,7 @@ from rebuno.protocol.codes import HTTP_STATUS, ErrorCode
 __all__ = [
     "APIError",
     "Blocked",
+    "CheckpointUnavailable",
     "ConflictError",
     "ForbiddenError",
     "LeaseSuperseded",
@@ -69,6 +71,11 @@ class RebunoError(Exception):
     step_id: str = ""
     tool_id: str = ""
     retryable: bool = False
+
+
+class CheckpointUnavailable(RebunoError):
+    """Raised by a resource driver's `create` when the checkpoint it should start from no
+    longer exists at the provider. The run fails with it, as any handler error does."""
 
 
 class NetworkError(RebunoError):

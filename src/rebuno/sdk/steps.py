@@ -19,6 +19,7 @@ async def step(
     fn: Callable[..., Any],
     args: dict[str, Any] | None = None,
     idempotency: str = "safe_to_retry",
+    resources: list[str] | None = None,
 ) -> Any:
     """Run `fn(**args)` once per execution and replay its recorded result afterwards.
 
@@ -27,6 +28,7 @@ async def step(
         fn: The work; sync or async, called as `fn(**args)`. Its result must be JSON.
         args: Keyword arguments for `fn`; part of the step's identity. Must be JSON.
         idempotency: `safe_to_retry` (default) or `at_most_once`.
+        resources: The keys of the registered resources the step changes.
 
     Returns:
         `fn`'s result on the first run, the recorded result on every replay.
@@ -45,5 +47,10 @@ async def step(
     context = execution()
     kwargs = dict(args or {})
     return await context.invoke_tool(
-        name, kwargs, idempotency=mode.value, run=lambda: fn(**kwargs), kind=StepKind.LOCAL
+        name,
+        kwargs,
+        idempotency=mode.value,
+        run=lambda: fn(**kwargs),
+        kind=StepKind.LOCAL,
+        resources=tuple(resources or ()),
     )

@@ -20,12 +20,19 @@ ToolFunction = Callable[..., Any]
 
 
 @overload
-def tool(tool_id: ToolFunction, *, idempotency: str = ...) -> ToolFunction: ...
+def tool(
+    tool_id: ToolFunction, *, idempotency: str = ..., resources: list[str] | None = ...
+) -> ToolFunction: ...
 @overload
 def tool(
-    tool_id: str | None = None, *, idempotency: str = ...
+    tool_id: str | None = None, *, idempotency: str = ..., resources: list[str] | None = ...
 ) -> Callable[[ToolFunction], ToolFunction]: ...
-def tool(tool_id: str | ToolFunction | None = None, *, idempotency: str = "safe_to_retry") -> Any:
+def tool(
+    tool_id: str | ToolFunction | None = None,
+    *,
+    idempotency: str = "safe_to_retry",
+    resources: list[str] | None = None,
+) -> Any:
     """Make a function a durable tool: each call becomes a `tool_call` step.
 
     Usable bare (`@tool`), called (`@tool()`), with an id (`@tool("web.search")`) and with an
@@ -38,6 +45,8 @@ def tool(tool_id: str | ToolFunction | None = None, *, idempotency: str = "safe_
         tool_id: The id the kernel and policy see, or the function when used bare.
         idempotency: `safe_to_retry` (default) or `at_most_once` for effects that must
             never run twice; an interrupted `at_most_once` call comes back as `ToolError`.
+        resources: The keys of the registered resources (`rebuno.resource`) the tool
+            changes; a call advances their generation and may capture them.
 
     Example:
         @tool("web.search")
@@ -45,9 +54,10 @@ def tool(tool_id: str | ToolFunction | None = None, *, idempotency: str = "safe_
             return [f"result for {query}"]
     """
     mode = _idempotency(idempotency)
+    keys = tuple(resources or ())
     if callable(tool_id):
-        return _wrap_function(tool_id, tool_id.__name__, mode)
-    return lambda fn: _wrap_function(fn, tool_id or fn.__name__, mode)
+        return _wrap_function(tool_id, tool_id.__name__, mode, keys)
+    return lambda fn: _wrap_function(fn, tool_id or fn.__name__, mode, keys)
 
 
 def wrap_tool(
@@ -59,6 +69,7 @@ def wrap_tool(
     idempotency: str = "safe_to_retry",
     to_result: Callable[[Any], Any] | None = None,
     transform_args: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    resources: list[str] | None = None,
 ) -> Callable[..., Any]:
     """Build a durable tool from a name and an `invoke(args)` callable.
 
@@ -75,6 +86,7 @@ def wrap_tool(
         idempotency: `safe_to_retry` (default) or `at_most_once`.
         to_result: Maps invoke's return value to the JSON value that is recorded.
         transform_args: Maps the argument dict before it is recorded and passed to invoke.
+        resources: The keys of the registered resources the tool changes.
 
     Example:
         search = wrap_tool(
@@ -85,6 +97,7 @@ def wrap_tool(
         )
     """
     mode = _idempotency(idempotency)
+    keys = tuple(resources or ())
 
     async def call_tool(**kwargs: Any) -> Any:
         args = transform_args(kwargs) if transform_args is not None else kwargs
@@ -94,7 +107,7 @@ def wrap_tool(
             value = await raw if inspect.isawaitable(raw) else raw
             return to_result(value) if to_result is not None else value
 
-        return await _invoke(name, args, mode, run)
+        return await _invoke(name, args, mode, run, keys)
 
     call_tool.__name__ = call_tool.__qualname__ = name
     call_tool.__doc__ = description or None
@@ -104,13 +117,15 @@ def wrap_tool(
     return call_tool
 
 
-def _wrap_function(fn: ToolFunction, tool_id: str, mode: Idempotency) -> ToolFunction:
+def _wrap_function(
+    fn: ToolFunction, tool_id: str, mode: Idempotency, keys: tuple[str, ...]
+) -> ToolFunction:
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     async def call_tool(*args: Any, **kwargs: Any) -> Any:
         recorded = _arguments(signature, args, kwargs)
-        return await _invoke(tool_id, recorded, mode, lambda: fn(*args, **kwargs))
+        return await _invoke(tool_id, recorded, mode, lambda: fn(*args, **kwargs), keys)
 
     setattr(call_tool, "__idempotency__", mode.value)  # noqa: B010
     setattr(call_tool, "__tool_id__", tool_id)  # noqa: B010
@@ -118,11 +133,17 @@ def _wrap_function(fn: ToolFunction, tool_id: str, mode: Idempotency) -> ToolFun
 
 
 async def _invoke(
-    tool_id: str, args: dict[str, Any], mode: Idempotency, run: Callable[[], Any]
+    tool_id: str,
+    args: dict[str, Any],
+    mode: Idempotency,
+    run: Callable[[], Any],
+    keys: tuple[str, ...] = (),
 ) -> Any:
     context = execution()
     try:
-        return await context.invoke_tool(tool_id, args, idempotency=mode.value, run=run)
+        return await context.invoke_tool(
+            tool_id, args, idempotency=mode.value, run=run, resources=keys
+        )
     except PolicyError as denial:
         # The denial becomes the tool's answer, so the model can choose another path.
         return f"{tool_id} not allowed. reason: {denial.reason}"

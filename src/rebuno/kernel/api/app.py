@@ -21,6 +21,7 @@ from rebuno.kernel.api.routes.approvals import ApprovalRoutes
 from rebuno.kernel.api.routes.executions import ExecutionRoutes
 from rebuno.kernel.api.routes.operational import OperationalRoutes
 from rebuno.kernel.api.routes.policies import PolicyRoutes
+from rebuno.kernel.api.routes.resources import ResourceRoutes
 from rebuno.kernel.api.routes.steps import StepRoutes
 from rebuno.kernel.api.routes.stream import StreamRoutes
 from rebuno.kernel.api.routing import DirectRoutes, MethodRoute
@@ -37,6 +38,7 @@ def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
     routes: list[BaseRoute] = [
         *ExecutionRoutes(kernel, gate).routes(),
         *StepRoutes(kernel, gate).routes(),
+        *ResourceRoutes(kernel, gate).routes(),
         *StreamRoutes(kernel, gate, settings.sse_keepalive).routes(),
         *AgentRoutes(kernel, gate).routes(),
         *PolicyRoutes(kernel, gate).routes(),

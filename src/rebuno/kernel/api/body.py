@@ -18,13 +18,14 @@ from starlette.requests import Request
 from rebuno.kernel.domain.decision import Carried, StepOutcome, StepRecord, StepRequest
 from rebuno.kernel.domain.errors import PayloadTooLarge, RequestTimeout, ValidationFailed
 from rebuno.kernel.domain.records import RawJson
+from rebuno.kernel.domain.resource import Capture, CaptureFailure, Captures
 from rebuno.protocol.canonical import JsonNumber, args_hash, dumps, loads
 from rebuno.protocol.enums import Idempotency, StepKind
 
 JsonObject = dict[str, Any]
 E = TypeVar("E", bound=StrEnum)
 T = TypeVar("T")
-NO_RESOURCES = "this kernel has no resource support"
+NO_RESOURCES = "a step reported after it ran touches no resource"
 # A step reported after it ran (`step-records`) never needed a decision: only these kinds and
 # only a step that may run again can be reported that way.
 _RECORDED_KINDS = frozenset({StepKind.TOOL_CALL, StepKind.LOCAL})
@@ -214,7 +215,6 @@ def step_request(body: JsonObject) -> StepRequest:
     idempotency = _member(
         Idempotency, text_field(body, "idempotency") or Idempotency.SAFE_TO_RETRY, "idempotency"
     )
-    reject_present(body, ("resources",), NO_RESOURCES)
     args = raw_field(body, "args")
     args = None if args == "null" else args
     return StepRequest(
@@ -223,7 +223,59 @@ def step_request(body: JsonObject) -> StepRequest:
         args=args,
         args_hash=args_hash(args or "null"),
         idempotency=idempotency,
+        resources=_declared(body.get("resources")),
     )
+
+
+def _declared(value: object) -> tuple[str, ...]:
+    """§33.5: the resources a step declares, an array of strings; duplicates are ignored."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(is_text(key) for key in value):
+        raise ValidationFailed("validation error: resources must be an array of strings")
+    return tuple(dict.fromkeys(str(key) for key in value))
+
+
+MAX_CAPTURES = 1000
+
+
+def captures_field(body: JsonObject) -> Captures:
+    """§33.4: `captures` and `capture_failures`, each absent or an array of entries with a
+    string `key`, an integer `generation` and a string `checkpoint_ref` or `error`."""
+    captures = tuple(
+        Capture(key, generation, text)
+        for key, generation, text in _entries(body, "captures", "checkpoint_ref")
+    )
+    failures = tuple(
+        CaptureFailure(key, generation, text)
+        for key, generation, text in _entries(body, "capture_failures", "error")
+    )
+    return Captures(captures, failures)
+
+
+MAX_CHECKPOINT_REF_BYTES = 4096
+
+
+def _entries(body: JsonObject, field: str, text_key: str) -> list[tuple[str, int, str]]:
+    items = body.get(field)
+    if items is None:
+        return []
+    if not isinstance(items, list) or len(items) > MAX_CAPTURES:
+        raise ValidationFailed(
+            f"validation error: {field} must be an array of at most {MAX_CAPTURES} objects"
+        )
+    entries = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise ValidationFailed(f"validation error: each of {field} must be an object")
+        key = text_field(item, "key", required=True)
+        text = text_field(item, text_key)
+        if text_key == "checkpoint_ref" and len(text.encode()) > MAX_CHECKPOINT_REF_BYTES:
+            raise ValidationFailed(
+                f"validation error: checkpoint_ref is longer than {MAX_CHECKPOINT_REF_BYTES} bytes"
+            )
+        entries.append((key, integer_field(item, "generation"), text))
+    return entries
 
 
 def _member(enum: type[E], text: str, field: str) -> E:
@@ -263,6 +315,8 @@ def _outcome(item: object) -> Carried:
         step_id = text_field(item, "step_id", required=True)
         return StepOutcome(step_id, result, error)
     request = step_request(item)
+    if request.resources:
+        raise ValidationFailed(f"validation error: resources is not supported: {NO_RESOURCES}")
     if request.kind not in _RECORDED_KINDS or request.idempotency is not Idempotency.SAFE_TO_RETRY:
         raise ValidationFailed(
             "validation error: a completion with a kind records a safe_to_retry tool_call or"

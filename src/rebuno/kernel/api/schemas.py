@@ -7,6 +7,7 @@ arrays. Must not import a store backend or the dispatcher.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -15,7 +16,15 @@ from starlette.responses import Response
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.decision import StepDecision
 from rebuno.kernel.domain.execution import spawned_by
-from rebuno.kernel.domain.records import Agent, Approval, Event, Execution, Step
+from rebuno.kernel.domain.records import (
+    Agent,
+    Approval,
+    Checkpoint,
+    Event,
+    Execution,
+    Resource,
+    Step,
+)
 from rebuno.kernel.store.base import Page
 from rebuno.protocol.times import format_timestamp
 
@@ -74,6 +83,7 @@ def render_execution(execution: Execution) -> dict[str, Any]:
     _set(body, "spawned_by", spawned_by(execution))
     _set(body, "forked_from", execution.forked_from)
     _set(body, "fork_seq", execution.fork_seq)
+    _set(body, "restoration", _raw(execution.restoration))
     if execution.omitted:
         # A list page left these out; `GET /v0/executions/{id}` carries them (§5.1).
         body["omitted"] = dict(execution.omitted)
@@ -167,6 +177,45 @@ def render_agent(agent: Agent) -> dict[str, Any]:
     return body
 
 
+def render_resource(resource: Resource, covered: bool) -> dict[str, Any]:
+    """§33.2: `configuration`, `binding` and `checkpoint_ref` omitted when absent."""
+    body: dict[str, Any] = {"key": resource.key, "driver_id": resource.driver_id}
+    _set(body, "configuration", _raw(resource.configuration))
+    body["coverage_reuse"] = resource.coverage_reuse
+    body["every_steps"] = resource.every_steps
+    body["on_completion"] = resource.on_completion
+    body["registered_seq"] = resource.registered_seq
+    body["generation"] = resource.generation
+    body["count"] = resource.count
+    _set(body, "binding", _raw(resource.binding))
+    if resource.checkpoint_ref:
+        body["checkpoint_ref"] = resource.checkpoint_ref
+    body["covered"] = covered
+    return body
+
+
+def render_coverage(
+    latest_seq: int, resources: Sequence[Resource], checkpoints: Sequence[Checkpoint]
+) -> dict[str, Any]:
+    """§33.7: each key's `registered_seq`, and every checkpoint (`invalidated_seq` omitted
+    while it is open)."""
+    rows = []
+    for c in checkpoints:
+        row: dict[str, Any] = {
+            "key": c.key,
+            "generation": c.generation,
+            "checkpoint_ref": c.checkpoint_ref,
+            "covered_seq": c.covered_seq,
+        }
+        _set(row, "invalidated_seq", c.invalidated_seq)
+        rows.append(row)
+    return {
+        "latest_seq": latest_seq,
+        "resources": {r.key: r.registered_seq for r in resources},
+        "checkpoints": rows,
+    }
+
+
 def render_api_key(key: ApiKey) -> dict[str, Any]:
     """A key without its hash (§34.3); a token is added only where one was just made."""
     body: dict[str, Any] = {
@@ -189,4 +238,8 @@ def render_decision(decision: StepDecision) -> dict[str, Any]:
     _set(body, "approval_id", decision.approval_id)
     _set(body, "reason", decision.reason)
     _set(body, "rule_id", decision.rule_id)
+    if decision.resources:
+        body["resources"] = [
+            {"key": r.key, "generation": r.generation, "due": r.due} for r in decision.resources
+        ]
     return body

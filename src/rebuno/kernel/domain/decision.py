@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rebuno.kernel.domain.records import RawJson
+from rebuno.kernel.domain.resource import StepResource
 from rebuno.protocol.enums import Decision, Idempotency, StepKind
 
 
@@ -20,6 +21,8 @@ class StepRequest:
     args: RawJson | None
     args_hash: str
     idempotency: Idempotency
+    resources: tuple[str, ...] = ()
+    """The resources it declares (§33.5); not part of its identity."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,8 @@ class StepDecision:
     policy_free: bool = False
     """The agent had no policy when this was decided, so its `step-records` grant holds on.
     Never rendered in the body."""
+    resources: tuple[StepResource, ...] = ()
+    """A `proceed`: the resources the step touches, at their new generations (§33.5)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,10 @@ class EventBatch:
         error: RawJson | None = None,
         usage: dict[str, int] | None = None,
         policy_hash: str | None = None,
+        touched: dict[str, object] | None = None,
     ) -> None:
-        """`policy_hash`: of the bundle that decided, on a decision the policy made (§35.6)."""
+        """`policy_hash`: of the bundle that decided, on a decision the policy made (§35.6).
+        `touched`: a live step's `resources` and `generations` (§33.5), when it has any."""
         omit_empty_target = event_type in (EventType.STEP_DENIED, EventType.STEP_RATE_LIMITED)
         fields: dict[str, Any] = {"step_id": step.step_id, "step_type": step.kind.value}
         if step.target or not omit_empty_target:
@@ -83,6 +85,8 @@ class EventBatch:
         fields["error"] = Raw(error) if error is not None else None
         fields["usage"] = usage
         fields["policy_hash"] = policy_hash
+        if touched:
+            fields.update(touched)
         self.add(event_type, fields)
 
     def dispatch(

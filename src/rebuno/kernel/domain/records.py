@@ -83,9 +83,16 @@ class Execution:
     has_children: bool = False
     """A step of it started a sub-agent: its end must cascade (§25.6). Set by the child's
     create, under this execution's lock, so an end that has no children asks nothing."""
+    has_resources: bool = False
+    """A resource is registered in it (§33). Set with the first one, under this execution's
+    lock, so a step of an execution without resources reads nothing more."""
     omitted: tuple[tuple[str, int], ...] = ()
     """On a list page only: the payloads left out (`input`, `output`), each with its size in
     bytes; the record then holds `null` and None in their place (§5.1)."""
+    restoration: RawJson | None = None
+    """A fork's: what it restored of its source's resources (§33.8.2). Filled only where an
+    execution is answered on its own (its create, `GET`); lists and locked reads leave it
+    None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +117,40 @@ class Step:
     omitted: tuple[tuple[str, int], ...] = ()
     """In a step list only: the payloads left out (`args`, `result`, `error`), each with its
     size in bytes; the record then holds None in their place (§5.2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """External state an execution uses (§33.1): the kernel keeps its metadata only."""
+
+    execution_id: str
+    key: str
+    driver_id: str
+    configuration: RawJson | None
+    """Canonical JSON text, None when absent (JSON null)."""
+    coverage_reuse: bool
+    every_steps: int
+    on_completion: bool
+    registered_seq: int
+    generation: int
+    count: int
+    """Settled steps that affected it (§33.1)."""
+    binding: RawJson | None = None
+    checkpoint_ref: str | None = None
+    """The checkpoint a fork starts it from (§33.8.3); None elsewhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """An accepted capture of a resource (§33.1): it covers the event boundaries from
+    `covered_seq` up to, not including, `invalidated_seq` (no end while that is None)."""
+
+    execution_id: str
+    key: str
+    generation: int
+    checkpoint_ref: str
+    covered_seq: int
+    invalidated_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

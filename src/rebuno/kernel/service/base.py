@@ -21,6 +21,7 @@ from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.records import Dispatch, Execution
 from rebuno.kernel.policy.loader import BundleCache
 from rebuno.kernel.service.activity import Activity
+from rebuno.kernel.service.restoration import inherit
 from rebuno.kernel.service.shortcuts import Shortcuts
 from rebuno.kernel.store.base import Store, Transaction, Unchanged, execution_lock, session_lock
 from rebuno.kernel.stream.bus import StreamBus
@@ -155,6 +156,12 @@ class ServiceBase:
         await tx.admit(waiter.id, now, parent)
         admitted = replace(waiter, admitted_at=now, parent_execution_id=parent)
         batch = EventBatch(admitted, now)
+        if parent is not None and waiter.parent_execution_id is None:
+            # §33.8.4: an implicit parent is completed, so its resources no longer change
+            # and are read without its lock.
+            inherited = await tx.list_resources(parent)
+            await inherit(tx, admitted.id, inherited, batch)
+            admitted = replace(admitted, has_resources=bool(inherited))
         await self.enqueue(tx, batch, self.new_dispatch(admitted.id, now))
         await flush(tx, admitted, batch)
         return replace(admitted, last_event_seq=batch.last_seq)

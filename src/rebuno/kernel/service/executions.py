@@ -33,6 +33,7 @@ from rebuno.kernel.domain.principal import ANONYMOUS, Principal
 from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, SeenRequest, Step
 from rebuno.kernel.service.activity import Watcher
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
+from rebuno.kernel.service.resources import settle
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
@@ -293,12 +294,16 @@ class ExecutionUseCases(ServiceBase):
             )
             batch.execution(EventType.EXECUTION_CANCELLED, cancelled, reason=reason)
             await _expire_pending_approvals(tx, execution_id, batch)
+            ended: list[Step] = []
             for step in await tx.list_steps_with_status(execution_id, StepStatus.EXECUTING):
                 done = steps.finish(
                     step, StepStatus.CANCELLED, batch.now, error=steps.CANCELLED_ERROR
                 )
                 await tx.update_step(done)
                 batch.step(EventType.STEP_CANCELLED, done, error=steps.CANCELLED_ERROR)
+                ended.append(done)
+            if ended and execution.has_resources:
+                await settle(tx, execution, ended)  # §33.6: a cancelled step counts
             await tx.retire_dispatches(execution_id, batch.now)
             await flush(tx, cancelled, batch)
         self.ended(execution_id)
@@ -337,7 +342,13 @@ class ExecutionUseCases(ServiceBase):
             execution = mark_started(execution, batch)
             recorded = locked.outcomes
             await apply_outcomes(
-                tx, execution_id, lease.dispatch_id, outcomes, batch, recorded=recorded
+                tx,
+                execution_id,
+                lease.dispatch_id,
+                outcomes,
+                batch,
+                recorded=recorded,
+                execution=execution,
             )
             await flush(tx, execution, batch)
             return policy and not locked.policy_bundle
@@ -505,7 +516,14 @@ async def finish_execution(
     if reached:
         execution = mark_started(execution, batch)
     await apply_outcomes(
-        tx, execution.id, dispatch_id, outcomes, batch, recorded=recorded, counting=False
+        tx,
+        execution.id,
+        dispatch_id,
+        outcomes,
+        batch,
+        recorded=recorded,
+        counting=False,
+        execution=execution,
     )
     if status is ExecutionStatus.COMPLETED:
         done = transition(execution, status, now, output=output or "null")

@@ -13,13 +13,14 @@ import json
 from dataclasses import dataclass, replace
 
 from rebuno.kernel.domain.errors import Conflict, KernelError, ValidationFailed
-from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import pending
 from rebuno.kernel.domain.identity import step_id
 from rebuno.kernel.domain.principal import ANONYMOUS, Principal
 from rebuno.kernel.domain.records import Event, Execution, Step
+from rebuno.kernel.service import restoration
 from rebuno.kernel.service.base import ServiceBase, flush, new_id
-from rebuno.kernel.store.base import session_lock
+from rebuno.kernel.store.base import Transaction, session_lock
 from rebuno.protocol.enums import StepStatus
 from rebuno.protocol.events import EventType
 from rebuno.protocol.times import format_timestamp
@@ -54,6 +55,14 @@ class ForkUseCases(ServiceBase):
         bundle = override if override is not None else await self.store.get_own_policy(source_id)
         events = await self._events_up_to(source_id, request.at_seq)
         copied = _copied_steps(await self.store.list_steps(source_id, "terminal"), events)
+        history = restoration.read_history(events)
+        checkpoints = []
+        if history.registered:
+            # Those covering from `at_seq` or before are fixed by the history (§33.8).
+            found = await self.store.list_checkpoints(source_id)
+            checkpoints = [c for c in found if c.covered_seq <= request.at_seq]
+        selections = restoration.select_all(history, checkpoints, request.at_seq)
+        restored = restoration.restoration_text(selections) if selections else None
         async with self.transaction() as tx:
             if request.session is not None:
                 await tx.take_lock(session_lock(request.session))
@@ -91,10 +100,30 @@ class ForkUseCases(ServiceBase):
                 source_execution_id=source.id,
                 fork_seq=request.at_seq,
                 policy_override=override is not None,
+                restoration=None if restored is None else Raw(restored),
             )
             await tx.insert_execution(fork, bundle)
-            for step in _copy_into(fork.id, copied, events, batch):
+            base = batch.last_seq
+            steps, copied_seqs = _copy_into(fork.id, copied, events, batch)
+            for step in steps:
                 await tx.insert_step(step)
+            if restored is not None:
+                fork = replace(fork, has_resources=True, restoration=restored)
+                await tx.mark_resources(fork.id)
+                await tx.set_restoration(fork.id, restored)
+                await _keep_affected(tx, steps, copied, history)
+                mapped = restoration.SeqMap(base, copied_seqs)
+                await restoration.set_up(
+                    tx,
+                    fork.id,
+                    history,
+                    selections,
+                    checkpoints,
+                    copied,
+                    mapped,
+                    request.at_seq,
+                    batch,
+                )
             await self.enqueue(tx, batch, self.new_dispatch(fork.id, now))
             await flush(tx, fork, batch)
         self.shortcuts.created(fork.id)
@@ -102,10 +131,11 @@ class ForkUseCases(ServiceBase):
         self.wake()
         return replace(fork, last_event_seq=batch.last_seq)
 
-    async def fork_points(self, execution_id: str) -> int:
-        """§26.1: the latest `event_seq` of the execution; every seq up to it is a fork
-        point (resources, which would constrain them, do not exist here yet)."""
-        return (await self.store.get_execution(execution_id)).last_event_seq
+    async def with_restoration(self, execution: Execution) -> Execution:
+        """A fork with what it restored (§33.8.2), read apart: only a fork has any."""
+        if execution.forked_from is None:
+            return execution
+        return replace(execution, restoration=await self.store.get_restoration(execution.id))
 
     async def _events_up_to(self, execution_id: str, at_seq: int) -> list[Event]:
         events: list[Event] = []
@@ -131,26 +161,43 @@ def _copied_steps(terminal: list[Step], events: list[Event]) -> dict[str, Step]:
     return {s.step_id: s for s in terminal if s.status in COPIED_STATUSES and s.step_id in ended}
 
 
+async def _keep_affected(
+    tx: Transaction, steps: list[Step], copied: dict[str, Step], history: restoration.History
+) -> None:
+    """Copied steps keep the keys they affected (§33.8.3)."""
+    new_of = dict(zip(copied, steps, strict=True))
+    for old, keys in history.affected.items():
+        if old in new_of and keys:
+            await tx.set_affected_keys(new_of[old].step_id, keys)
+
+
 def _copy_into(
     fork_id: str, copied: dict[str, Step], events: list[Event], batch: EventBatch
-) -> list[Step]:
-    """Appends each copied step's events to the fork's log, in the source's order, under
-    the step's new id, and returns the copied steps."""
+) -> tuple[list[Step], list[int]]:
+    """Appends each copied step's events and each `resource.registered` to the fork's log,
+    in the source's order, the steps under their new ids; returns the copied steps, and
+    the source seq of every event copied."""
     new_ids = {
         old: step_id(fork_id, s.kind.value, s.target, s.args_hash, s.occurrence)
         for old, s in copied.items()
     }
     proposed: dict[str, int] = {}
+    copied_seqs: list[int] = []
     for event in events:
+        if event.type == EventType.RESOURCE_REGISTERED:
+            batch.add_encoded(event.type, event.payload)
+            copied_seqs.append(event.event_seq)
+            continue
         old = _step_of(event)
         if old is None or old not in new_ids:
             continue
+        copied_seqs.append(event.event_seq)
         before, after = f'"step_id":"{old}"', f'"step_id":"{new_ids[old]}"'
         if event.payload.count(before) != 1:
             raise KernelError(f"event {event.event_seq} of step {old} cannot be copied")
         batch.add_encoded(event.type, event.payload.replace(before, after))
         proposed.setdefault(old, batch.last_seq)
-    return [
+    steps = [
         replace(
             s,
             step_id=new_ids[old],
@@ -159,3 +206,4 @@ def _copy_into(
         )
         for old, s in copied.items()
     ]
+    return steps, copied_seqs

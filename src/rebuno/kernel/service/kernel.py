@@ -16,6 +16,7 @@ from rebuno.kernel.service.forks import ForkUseCases
 from rebuno.kernel.service.instances import InstanceUseCases
 from rebuno.kernel.service.lineage import LineageUseCases
 from rebuno.kernel.service.policytests import PolicyTestUseCases
+from rebuno.kernel.service.resources import ResourceUseCases
 from rebuno.kernel.service.steps import StepUseCases
 
 READY_TIMEOUT_SECONDS = 2.0
@@ -30,6 +31,7 @@ class Kernel(
     InstanceUseCases,
     ForkUseCases,
     PolicyTestUseCases,
+    ResourceUseCases,
     ApiKeyUseCases,
 ):
     """Every use case of the kernel; each opens exactly one store transaction."""

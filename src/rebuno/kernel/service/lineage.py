@@ -19,6 +19,7 @@ from rebuno.kernel.domain.execution import mark_started, transition
 from rebuno.kernel.domain.records import Execution, Lease
 from rebuno.kernel.service.base import ServiceBase, flush, log
 from rebuno.kernel.service.executions import ExecutionUseCases, lock_live
+from rebuno.kernel.service.resources import settle as settle_resources
 from rebuno.kernel.service.steps import record_outcome
 from rebuno.kernel.store.base import Transaction
 from rebuno.protocol.enums import ExecutionStatus, StepStatus
@@ -65,7 +66,7 @@ class LineageUseCases(ExecutionUseCases):
             children = await tx.list_children(execution_id)
             for child in children:
                 if child.status.is_terminal:
-                    await _settle_step(tx, child, batch)
+                    await _settle_step(tx, child, batch, execution)
             waiting = await _waiting(tx, execution_id, children)
             if waiting:
                 execution = transition(execution, ExecutionStatus.BLOCKED, now)
@@ -90,7 +91,7 @@ class LineageUseCases(ExecutionUseCases):
             if parent.status.is_terminal:
                 return
             batch = EventBatch(parent, self.clock())
-            if not await _settle_step(tx, child, batch):
+            if not await _settle_step(tx, child, batch, parent):
                 return
             parent = await resume_if_idle(self, tx, parent, batch)
             await flush(tx, parent, batch)
@@ -163,9 +164,12 @@ async def _waiting(tx: Transaction, execution_id: str, children: list[Execution]
     return any(step.step_id in live for step in executing)
 
 
-async def _settle_step(tx: Transaction, child: Execution, batch: EventBatch) -> bool:
+async def _settle_step(
+    tx: Transaction, child: Execution, batch: EventBatch, parent: Execution
+) -> bool:
     """The parent's step takes the ended child's outcome, through the one way a step's
-    outcome is recorded; False when the step no longer executes (settled already)."""
+    outcome is recorded, and counts toward the parent's resources it affects (§33.6); False
+    when the step no longer executes (settled already)."""
     step = None if child.spawned_by_step_id is None else await tx.get_step(child.spawned_by_step_id)
     if step is None or step.status is not StepStatus.EXECUTING:
         return False
@@ -180,4 +184,6 @@ async def _settle_step(tx: Transaction, child: Execution, batch: EventBatch) -> 
             error["failure_reason"] = child.failure_reason
         done = record_outcome(step, None, orjson.dumps(error).decode(), batch)
     await tx.update_step(done)
+    if parent.has_resources:
+        await settle_resources(tx, parent, [done])
     return True

@@ -25,7 +25,8 @@ from rebuno.kernel.domain.decision import StepDecision, StepRequest
 from rebuno.kernel.domain.errors import lease_superseded
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, mark_started, transition
-from rebuno.kernel.domain.records import Approval, Execution, Lease, Step
+from rebuno.kernel.domain.records import Approval, Execution, Lease, Resource, Step
+from rebuno.kernel.domain.resource import NO_TOUCH, Touch, affected_keys, touch
 from rebuno.kernel.policy.engine import PolicyResult
 from rebuno.protocol.enums import (
     COUNTED_DECISIONS,
@@ -95,6 +96,8 @@ class Submitted:
     verdict: PolicyResult | None = None
     """The policy's verdict on a new step; None for a recorded one (never consulted, R*)."""
     facts: Facts = NO_FACTS
+    resources: tuple[Resource, ...] = ()
+    """The execution's resources in registration order, read when it has any (§33)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +125,17 @@ class Plan:
     retires the execution's dispatches and queues one after a jittered delay."""
     advance_occurrence: bool = False
     renew_lease: bool = False
+    touch: Touch = NO_TOUCH
+    """A live step's effect on the resources (§33.5): stored with the step, and each touched
+    resource's new generation, its open checkpoints closed at `touch_seq`."""
+    touch_seq: int = 0
+    """The `event_seq` of the `step.executing` that touched them."""
 
     def writes_nothing(self, batch: EventBatch) -> bool:
         return not (
             batch.events
+            or self.touch.touched
+            or self.touch.affected
             or self.insert_step
             or self.update_step
             or self.approval
@@ -168,10 +178,11 @@ def decide(submitted: Submitted, batch: EventBatch, rules: Rules) -> Plan:
         return Plan(refused, execution)
     execution = mark_started(execution, batch)
     slot = submitted.slot
+    live = _touch(submitted)
     if slot.recorded is not None:
-        plan = _decide_recorded(execution, slot, slot.recorded, submitted.request, batch)
+        plan = _decide_recorded(execution, slot, slot.recorded, submitted.request, batch, live)
     else:
-        plan = _decide_new(submitted, execution, batch, rules)
+        plan = _decide_new(submitted, execution, batch, rules, live)
     counted = plan.decision.step_id is not None and (
         plan.decision.decision in COUNTED_DECISIONS or plan.decision.approval_id is not None
     )
@@ -182,8 +193,44 @@ def decide(submitted: Submitted, batch: EventBatch, rules: Rules) -> Plan:
     )
 
 
+def _touch(submitted: Submitted) -> Touch:
+    """What the submission does to the resources if it proceeds (§33.5); the affected keys
+    come from this submission's declaration. Raises `ValidationFailed` for a declared key
+    that is not registered, whatever the answer would be."""
+    declared = submitted.request.resources
+    if not submitted.resources:
+        if declared:
+            affected_keys((), declared, submitted.request.kind)  # raises: none is registered
+        return NO_TOUCH
+    affected = affected_keys(submitted.resources, declared, submitted.request.kind)
+    return touch(submitted.resources, affected)
+
+
+def _executing(step: Step, live: Touch, batch: EventBatch) -> int:
+    """Appends the `step.executing` of a live step, with what it touched; its seq."""
+    touched: dict[str, object] | None = None
+    if live.touched:
+        touched = {"generations": live.generations()}
+        if live.affected:
+            touched["resources"] = list(live.affected)
+    batch.step(EventType.STEP_EXECUTING, step, touched=touched)
+    return batch.last_seq
+
+
+def _proceed(plan: Plan, live: Touch, seq: int) -> Plan:
+    if live is NO_TOUCH:
+        return plan
+    decision = replace(plan.decision, resources=live.entries)
+    return replace(plan, decision=decision, touch=live, touch_seq=seq)
+
+
 def _decide_recorded(
-    execution: Execution, slot: Slot, step: Step, request: StepRequest, batch: EventBatch
+    execution: Execution,
+    slot: Slot,
+    step: Step,
+    request: StepRequest,
+    batch: EventBatch,
+    live: Touch = NO_TOUCH,
 ) -> Plan:
     """Rows R1-R6: policy is never consulted for a recorded step."""
     match step.status:
@@ -198,12 +245,13 @@ def _decide_recorded(
             return Plan(answer, execution)
         case StepStatus.ALLOWED | StepStatus.PROPOSED:
             started = steps.start(step, batch.now)
-            batch.step(EventType.STEP_EXECUTING, started)
-            return Plan(
+            seq = _executing(started, live, batch)
+            plan = Plan(
                 StepDecision(Decision.PROCEED, step.step_id), execution, update_step=started
             )
+            return _proceed(plan, live, seq)
         case StepStatus.EXECUTING:
-            return _decide_orphan(execution, step, request, batch)
+            return _decide_orphan(execution, step, request, batch, live)
         case _:
             reason, rule_id = steps.error_reason(step.error)
             answer = StepDecision(
@@ -216,12 +264,16 @@ def _decide_recorded(
 
 
 def _decide_orphan(
-    execution: Execution, step: Step, request: StepRequest, batch: EventBatch
+    execution: Execution, step: Step, request: StepRequest, batch: EventBatch, live: Touch
 ) -> Plan:
     """An effect that started and never finished (§13): the idempotency submitted now
-    decides whether it may run again."""
+    decides whether it may run again. A re-run that touches resources is logged with a
+    `step.executing` of its own, which moves their generations (§33.5)."""
     if request.idempotency is Idempotency.SAFE_TO_RETRY:
-        return Plan(StepDecision(Decision.PROCEED, step.step_id), execution)
+        plan = Plan(StepDecision(Decision.PROCEED, step.step_id), execution)
+        if not live.touched:
+            return plan
+        return _proceed(plan, live, _executing(step, live, batch))
     failed = steps.finish(step, StepStatus.FAILED, batch.now, error=steps.INDETERMINATE_ERROR)
     batch.step(EventType.STEP_FAILED, failed, error=failed.error)
     answer = StepDecision(Decision.REPLAY, step.step_id, error=steps.INDETERMINATE_ERROR)
@@ -229,7 +281,7 @@ def _decide_orphan(
 
 
 def _decide_new(
-    submitted: Submitted, execution: Execution, batch: EventBatch, rules: Rules
+    submitted: Submitted, execution: Execution, batch: EventBatch, rules: Rules, live: Touch
 ) -> Plan:
     """Rows N0-N7: a blocked execution takes no new step; an indeterminate retry is denied;
     then the verdict, its rate limit and its token budget decide."""
@@ -249,7 +301,7 @@ def _decide_new(
     verdict = _within_budget(verdict, facts)
     match verdict.action:
         case PolicyAction.ALLOW:
-            return _allowed(execution, step, verdict, batch)
+            return _allowed(execution, step, verdict, batch, live)
         case PolicyAction.DENY:
             return _denied(execution, step, verdict, batch)
         case PolicyAction.REQUIRE_APPROVAL:
@@ -312,14 +364,17 @@ def _within_budget(verdict: PolicyResult, facts: Facts) -> PolicyResult:
     )
 
 
-def _allowed(execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch) -> Plan:
+def _allowed(
+    execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch, live: Touch
+) -> Plan:
     batch.step(EventType.STEP_PROPOSED, step)
     batch.step(
         EventType.STEP_ALLOWED, step, rule_id=verdict.rule_id, policy_hash=verdict.policy_hash
     )
     executing = steps.start(step, batch.now)
-    batch.step(EventType.STEP_EXECUTING, executing)
-    return Plan(StepDecision(Decision.PROCEED, step.step_id), execution, insert_step=executing)
+    seq = _executing(executing, live, batch)
+    plan = Plan(StepDecision(Decision.PROCEED, step.step_id), execution, insert_step=executing)
+    return _proceed(plan, live, seq)
 
 
 def _denied(execution: Execution, step: Step, verdict: PolicyResult, batch: EventBatch) -> Plan:

@@ -36,6 +36,7 @@ from rebuno.kernel.domain.execution import check_owner, mark_started
 from rebuno.kernel.domain.identity import step_id as compute_step_id
 from rebuno.kernel.domain.ratelimit import park_wait
 from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
+from rebuno.kernel.domain.resource import NO_CAPTURES, Captures
 from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
 from rebuno.kernel.policy.suite import policy_hash
@@ -56,6 +57,7 @@ from rebuno.kernel.service.plan import (
     needs_verdict,
     new_step,
 )
+from rebuno.kernel.service.resources import apply_touch, settle
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
     Outcomes,
@@ -93,7 +95,12 @@ class StepUseCases(ServiceBase):
         as §7.3 does. A replay may first be answered from an unlocked read (`shortcuts`)."""
         key = _key(request)
         step_id_for = _StepIds(execution_id, request)
-        if occurrence is not None and not outcomes and self.shortcuts.may_replay_unlocked(lease):
+        if (
+            occurrence is not None
+            and not outcomes
+            and not request.resources
+            and self.shortcuts.may_replay_unlocked(lease)
+        ):
             slot = Slot(occurrence, step_id_for(occurrence), None, kernel_counted=False)
             replayed = await self._replay_unlocked(execution_id, agent_id, lease, request, slot)
             if replayed is not None:
@@ -111,10 +118,19 @@ class StepUseCases(ServiceBase):
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
             reported = await apply_outcomes(
-                tx, execution_id, lease.dispatch_id, outcomes, batch, sub.completing
+                tx,
+                execution_id,
+                lease.dispatch_id,
+                outcomes,
+                batch,
+                sub.completing,
+                execution=execution,
             )
             slot = await _resolve_slot(tx, sub, key, occurrence, reported, step_id_for)
             submitted = Submitted(execution, agent_id, request, slot, LeaseView(lease, True))
+            if execution.has_resources:
+                resources = tuple(await tx.list_resources(execution_id))
+                submitted = replace(submitted, resources=resources)
             policy_free = False
             if needs_verdict(execution, slot):
                 bundle = sub.policy_bundle
@@ -153,6 +169,8 @@ class StepUseCases(ServiceBase):
         if step is None:
             self.shortcuts.past_history(lease)
             return None
+        if loaded.execution.has_resources:
+            return None  # a re-run touches them: the locked way reads them
         if step.status is StepStatus.AWAITING_APPROVAL:
             return None  # its pending approval is not part of this read
         now = self.clock()
@@ -185,6 +203,10 @@ class StepUseCases(ServiceBase):
             await tx.insert_step(plan.insert_step)
         if plan.update_step is not None:
             await tx.update_step(plan.update_step)
+            if plan.update_step.status is StepStatus.FAILED and plan.execution.has_resources:
+                await settle(tx, plan.execution, [plan.update_step])  # R5b's indeterminate
+        if plan.touch.affected or plan.touch.touched:
+            await apply_touch(tx, plan.execution.id, slot.step_id, plan.touch, plan.touch_seq)
         if plan.approval is not None:
             await tx.insert_approval(plan.approval)
         if plan.retire_dispatches:
@@ -214,14 +236,30 @@ class StepUseCases(ServiceBase):
         return replace(verdict, policy_hash=hashed)
 
     async def complete_step(
-        self, execution_id: str, agent_id: str, step_id: str, lease: Lease, result: RawJson
+        self,
+        execution_id: str,
+        agent_id: str,
+        step_id: str,
+        lease: Lease,
+        result: RawJson,
+        captures: Captures = NO_CAPTURES,
     ) -> StepDecision:
-        return await self._finish_step(execution_id, agent_id, step_id, lease, result, None)
+        return await self._finish_step(
+            execution_id, agent_id, step_id, lease, result, None, captures
+        )
 
     async def fail_step(
-        self, execution_id: str, agent_id: str, step_id: str, lease: Lease, error: RawJson
+        self,
+        execution_id: str,
+        agent_id: str,
+        step_id: str,
+        lease: Lease,
+        error: RawJson,
+        captures: Captures = NO_CAPTURES,
     ) -> StepDecision:
-        return await self._finish_step(execution_id, agent_id, step_id, lease, None, error)
+        return await self._finish_step(
+            execution_id, agent_id, step_id, lease, None, error, captures
+        )
 
     async def _finish_step(
         self,
@@ -231,8 +269,11 @@ class StepUseCases(ServiceBase):
         lease: Lease,
         result: RawJson | None,
         error: RawJson | None,
+        captures: Captures = NO_CAPTURES,
     ) -> StepDecision:
-        """§9 in its order: step, terminal execution, weak lease, terminal step, status."""
+        """§9 in its order: step, terminal execution, weak lease, terminal step, status. An
+        outcome recorded settles the step and takes the captures it carries (§33.6), which
+        cover the boundary of its own event; a refused capture never changes the answer."""
         async with self.transaction(execution_id) as tx:
             loaded = await tx.load_completion(execution_id, step_id, lease.dispatch_id)
             step, execution = loaded.step, loaded.execution
@@ -251,7 +292,9 @@ class StepUseCases(ServiceBase):
             if step.status is not StepStatus.EXECUTING:
                 raise Conflict(f"step {step_id} is {step.status}, not executing")
             batch = EventBatch(execution, self.clock())
-            await tx.update_step(record_outcome(step, result, error, batch))
+            done = record_outcome(step, result, error, batch)
+            await tx.update_step(done)
+            await settle(tx, execution, [done], captures, batch.last_seq, batch)
             await flush(tx, execution, batch)
         return StepDecision(Decision.RECORDED)
 
@@ -350,6 +393,7 @@ async def apply_outcomes(
     recorded: Outcomes | None = None,
     *,
     counting: bool = True,
+    execution: Execution | None = None,
 ) -> dict[StepKey, int]:
     """Records what an agent's request carries before its own business, in order: completions
     (`step-completions`) and steps that ran before they were submitted (`step-records`).
@@ -362,7 +406,8 @@ async def apply_outcomes(
     continues from. `loaded`: the carried completions' steps, read already; `recorded`: what
     `wanted_by(outcomes)` loaded, read already. Without `counting`, the occurrences reached are
     not stored: for a request that ends the run, whose dispatch retires with it, they would
-    be written for nothing: most of the writes of a long run's end."""
+    be written for nothing: most of the writes of a long run's end. `execution`: as loaded, so
+    completions settle the resources their steps affect (§33.6) when it has any."""
     if not outcomes:
         return {}
     if recorded is None:
@@ -370,6 +415,7 @@ async def apply_outcomes(
     reported = _reported(execution_id, outcomes, recorded.consumed)
     found = {step.step_id: step for step in (*(loaded or ()), *recorded.steps)}
     consumed: dict[StepKey, int] = {}
+    settled: list[Step] = []
     for index, outcome in enumerate(outcomes):
         if isinstance(outcome, StepRecord):
             step_id, key, occurrence = reported[index]
@@ -395,6 +441,9 @@ async def apply_outcomes(
         done = record_outcome(step, outcome.result, outcome.error, batch)
         await tx.update_step(done)
         found[step.step_id] = done
+        settled.append(done)
+    if settled and execution is not None and execution.has_resources:
+        await settle(tx, execution, settled)
     if counting:
         for key, occurrence in consumed.items():
             await tx.set_occurrence(dispatch_id, key, occurrence)

@@ -30,11 +30,13 @@ from rebuno.kernel.domain.records import (
     Agent,
     AgentMetadata,
     Approval,
+    Checkpoint,
     Dispatch,
     Event,
     Execution,
     Lease,
     RawJson,
+    Resource,
     Step,
 )
 from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepKind, StepStatus
@@ -364,6 +366,23 @@ class Transaction(Protocol):
         digest was first recorded."""
         ...
 
+    # -- resources (§33): read only for an execution that `has_resources` ----------------
+    async def list_resources(self, execution_id: str) -> list[Resource]:
+        """The execution's resources in registration order (`registered_seq`)."""
+        ...
+
+    async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
+        """The execution's checkpoints, by `covered_seq`, then insertion."""
+        ...
+
+    async def affected_keys(self, step_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The keys each of these steps affects, for the steps that affect any."""
+        ...
+
+    async def writing_keys(self, execution_id: str) -> set[str]:
+        """The keys some `executing` step of the execution affects."""
+        ...
+
     # -- writes --------------------------------------------------------------------------
     async def insert_execution(
         self, execution: Execution, policy_bundle: str | None = None
@@ -383,6 +402,28 @@ class Transaction(Protocol):
 
     async def set_state(self, execution_id: str, state: RawJson) -> None:
         """Stores the `state` an execution was completed with (§24.5)."""
+        ...
+
+    async def mark_resources(self, execution_id: str) -> None:
+        """Records that a resource is registered in the execution (`has_resources`)."""
+        ...
+
+    async def set_restoration(self, execution_id: str, restoration: RawJson) -> None:
+        """Stores what a fork restored (§33.8.2)."""
+        ...
+
+    async def put_resource(self, resource: Resource) -> None:
+        """Inserts the resource, or replaces the stored one of its execution and key."""
+        ...
+
+    async def insert_checkpoint(self, checkpoint: Checkpoint) -> None: ...
+
+    async def close_checkpoints(self, execution_id: str, key: str, seq: int) -> None:
+        """Sets `invalidated_seq = seq` on the key's open checkpoints."""
+        ...
+
+    async def set_affected_keys(self, step_id: str, keys: Sequence[str]) -> None:
+        """Stores the keys the step affects (replacing what an earlier run stored)."""
         ...
 
     async def append_events(self, events: Sequence[Event]) -> None: ...
@@ -486,6 +527,18 @@ class Store(Protocol):
 
     async def get_own_policy(self, execution_id: str) -> str | None:
         """The execution's own policy bundle (§26.4), None when its agent's applies."""
+        ...
+
+    async def list_resources(self, execution_id: str) -> list[Resource]:
+        """`Transaction.list_resources` as a committed read."""
+        ...
+
+    async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
+        """`Transaction.list_checkpoints` as a committed read."""
+        ...
+
+    async def get_restoration(self, execution_id: str) -> RawJson | None:
+        """What a fork restored (§33.8.2); None when nothing."""
         ...
 
     async def get_state(self, execution_id: str) -> RawJson | None:

@@ -31,6 +31,7 @@ from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import (
     json_response,
     no_content,
+    render_coverage,
     render_event,
     render_execution,
     render_execution_page,
@@ -194,6 +195,7 @@ class ExecutionRoutes:
         execution = await self._kernel.get_execution(
             execution_id(request), caller.agent_id, params.long_poll(request.query_params)
         )
+        execution = await self._kernel.with_restoration(execution)
         return json_response(render_execution(execution))
 
     async def events(self, request: Request) -> Response:
@@ -235,10 +237,10 @@ class ExecutionRoutes:
         return json_response(render_execution(await self._kernel.fork(target, fork)), 201)
 
     async def fork_points(self, request: Request) -> Response:
-        """§26.1: every seq up to the latest is a fork point."""
+        """§26.1: every seq up to the latest is a fork point; §33.7: and what covers each."""
         await self._gate.client(request)
-        latest = await self._kernel.fork_points(execution_id(request))
-        return json_response({"latest_seq": latest, "resources": {}, "checkpoints": []})
+        found = await self._kernel.coverage(execution_id(request))
+        return json_response(render_coverage(found.latest_seq, found.resources, found.checkpoints))
 
     async def suspend(self, request: Request) -> Response:
         """§25.3: blocks the execution while a step waits; the body is not read."""

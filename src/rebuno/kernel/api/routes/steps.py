@@ -15,12 +15,11 @@ from starlette.routing import BaseRoute
 from rebuno.kernel.api import params
 from rebuno.kernel.api.auth import Gate
 from rebuno.kernel.api.body import (
-    NO_RESOURCES,
     JsonObject,
+    captures_field,
     occurrence_field,
     off_loop,
     parse_object,
-    reject_present,
     required_raw,
     step_outcomes,
     step_request,
@@ -30,6 +29,7 @@ from rebuno.kernel.api.routing import route
 from rebuno.kernel.api.schemas import json_response, render_decision, render_step
 from rebuno.kernel.domain.decision import Carried, StepDecision, StepRequest
 from rebuno.kernel.domain.records import Lease, RawJson
+from rebuno.kernel.domain.resource import Captures
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.enums import Scope, StepStatus
 from rebuno.protocol.extensions import (
@@ -39,8 +39,7 @@ from rebuno.protocol.extensions import (
     asks_for,
 )
 
-RecordOutcome = Callable[[str, str, str, Lease, RawJson], Awaitable[StepDecision]]
-CAPTURE_FIELDS = ("captures", "capture_failures")
+RecordOutcome = Callable[[str, str, str, Lease, RawJson, Captures], Awaitable[StepDecision]]
 TERMINAL = "terminal"
 STEP_STATUSES = frozenset(status.value for status in StepStatus)
 
@@ -50,10 +49,9 @@ def _submission_fields(raw: bytes) -> tuple[JsonObject, StepRequest, tuple[Carri
     return body, step_request(body), step_outcomes(body)
 
 
-def _outcome_field(raw: bytes, field: str) -> RawJson:
+def _outcome_fields(raw: bytes, field: str) -> tuple[RawJson, Captures]:
     body = parse_object(raw)
-    reject_present(body, CAPTURE_FIELDS, NO_RESOURCES)
-    return required_raw(body, field)
+    return required_raw(body, field), captures_field(body)
 
 
 def step_filter(text: str) -> str | None:
@@ -123,7 +121,7 @@ class StepRoutes:
         caller = await self._gate.agent(request)
         target = execution_id(request)
         lease = params.required_lease(request.headers)
-        outcome = await off_loop(caller.body, lambda raw: _outcome_field(raw, field))
+        outcome, captures = await off_loop(caller.body, lambda raw: _outcome_fields(raw, field))
         step_id = params.step_id(request.path_params["step_id"])
-        decision = await record(target, caller.agent_id, step_id, lease, outcome)
+        decision = await record(target, caller.agent_id, step_id, lease, outcome, captures)
         return json_response(render_decision(decision))

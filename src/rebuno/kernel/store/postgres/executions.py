@@ -27,9 +27,9 @@ CORE_WIDTH = 11
 ORIGIN = (
     "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of, e.session,"
     " e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id, e.forked_from, e.fork_seq,"
-    " e.has_children"
+    " e.has_children, e.has_resources"
 )
-ORIGIN_WIDTH = 11
+ORIGIN_WIDTH = 12
 """The origin columns (§27). The reads under the lock (`functions.sql`) return them last, after
 everything a kernel older than them reads by position."""
 COLUMNS = f"{CORE}, {ORIGIN}"
@@ -68,6 +68,10 @@ _CHILDREN_GONE = """, dispatches_gone AS (
         DELETE FROM events WHERE execution_id IN (SELECT id FROM gone)
     ), steps_gone AS (
         DELETE FROM steps WHERE execution_id IN (SELECT id FROM gone)
+    ), resources_gone AS (
+        DELETE FROM resources WHERE execution_id IN (SELECT id FROM gone)
+    ), checkpoints_gone AS (
+        DELETE FROM resource_checkpoints WHERE execution_id IN (SELECT id FROM gone)
     )
     SELECT count(*) FROM gone
 """
@@ -111,6 +115,7 @@ def from_row(row: Sequence[Any]) -> Execution:
         forked_from=row[19],
         fork_seq=row[20],
         has_children=bool(row[21]),
+        has_resources=bool(row[22]),
     )
 
 
@@ -158,6 +163,12 @@ async def find(conn: Executor, agent_id: str, idempotency_key: str) -> Execution
 async def get_own_policy(conn: Executor, execution_id: str) -> str | None:
     """The execution's own policy bundle (§26.4); None when its agent's applies."""
     found = await _one(conn, "SELECT policy_bundle FROM executions WHERE id = %s", (execution_id,))
+    return None if found is None else str(found)
+
+
+async def get_restoration(conn: Executor, execution_id: str) -> str | None:
+    """What a fork restored (§33.8.2); None when nothing."""
+    found = await _one(conn, "SELECT restoration FROM executions WHERE id = %s", (execution_id,))
     return None if found is None else str(found)
 
 

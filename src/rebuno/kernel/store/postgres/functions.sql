@@ -25,8 +25,9 @@ BEGIN
 END
 $$;
 
--- Up to migration 012 the two reads under the lock returned no origin columns (§27, §24): a result
--- that changes needs the function dropped first.
+-- Up to migration 012 the two reads under the lock returned no origin columns (§27, §24), and up
+-- to migration 014 not `e_has_resources` (§33): a result that changes needs the function
+-- dropped first.
 DO $$
 DECLARE
     lock_execution regprocedure :=
@@ -35,12 +36,12 @@ DECLARE
         'rebuno_load_submission(bigint, text, text, integer, timestamptz, text, text, text, text[])');
 BEGIN
     IF lock_execution IS NOT NULL
-        AND pg_get_function_result(lock_execution) NOT LIKE '%e_has_children%'
+        AND pg_get_function_result(lock_execution) NOT LIKE '%e_has_resources%'
     THEN
         DROP FUNCTION rebuno_lock_execution(bigint, text, text, integer, timestamptz);
     END IF;
     IF load_submission IS NOT NULL
-        AND pg_get_function_result(load_submission) NOT LIKE '%e_has_children%'
+        AND pg_get_function_result(load_submission) NOT LIKE '%e_has_resources%'
     THEN
         DROP FUNCTION rebuno_load_submission(
             bigint, text, text, integer, timestamptz, text, text, text, text[]);
@@ -195,6 +196,34 @@ BEGIN
             WHERE id = op->>'id';
         WHEN 'mark_parent' THEN
             UPDATE executions SET has_children = true WHERE id = op->>'id' AND NOT has_children;
+        WHEN 'mark_resources' THEN
+            UPDATE executions SET has_resources = true
+            WHERE id = op->>'id' AND NOT has_resources;
+        WHEN 'set_restoration' THEN
+            UPDATE executions SET restoration = op->>'restoration' WHERE id = op->>'id';
+        WHEN 'put_resource' THEN
+            INSERT INTO resources AS r (execution_id, key, driver_id, configuration,
+                coverage_reuse, every_steps, on_completion, registered_seq, generation, count,
+                binding, checkpoint_ref)
+            SELECT execution_id, key, driver_id, configuration, coverage_reuse, every_steps,
+                on_completion, registered_seq, generation, count, binding, checkpoint_ref
+            FROM jsonb_populate_record(NULL::resources, op)
+            ON CONFLICT (execution_id, key) DO UPDATE SET every_steps = EXCLUDED.every_steps,
+                on_completion = EXCLUDED.on_completion, generation = EXCLUDED.generation,
+                count = EXCLUDED.count, binding = EXCLUDED.binding,
+                checkpoint_ref = EXCLUDED.checkpoint_ref;
+        WHEN 'insert_checkpoint' THEN
+            INSERT INTO resource_checkpoints (execution_id, key, generation, checkpoint_ref,
+                covered_seq, invalidated_seq)
+            SELECT execution_id, key, generation, checkpoint_ref, covered_seq, invalidated_seq
+            FROM jsonb_populate_record(NULL::resource_checkpoints, op);
+        WHEN 'close_checkpoints' THEN
+            UPDATE resource_checkpoints SET invalidated_seq = (op->>'seq')::bigint
+            WHERE execution_id = op->>'execution_id' AND key = op->>'key'
+                AND invalidated_seq IS NULL;
+        WHEN 'set_affected_keys' THEN
+            UPDATE steps SET affected_keys = NULLIF(op->'keys', 'null'::jsonb)
+            WHERE step_id = op->>'step_id';
         WHEN 'set_state' THEN
             UPDATE executions SET state = op->>'state' WHERE id = op->>'id';
         WHEN 'set_occurrence' THEN
@@ -356,7 +385,8 @@ CREATE OR REPLACE FUNCTION rebuno_load_submission(
     s_started_at timestamptz, s_completed_at timestamptz,
     e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
     e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean
+    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean,
+    e_has_resources boolean
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
@@ -379,7 +409,7 @@ BEGIN
             s.proposed_seq, s.started_at, s.completed_at,
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
             e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq, e.has_children
+            e.forked_from, e.fork_seq, e.has_children, e.has_resources
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
@@ -396,7 +426,8 @@ BEGIN
                 s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
                 s.usage_output, s.proposed_seq, s.started_at, s.completed_at,
                 NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
-                NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::boolean
+                NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::boolean,
+                NULL::boolean
             FROM steps s WHERE s.step_id = ANY(p_carried);
     END IF;
 END
@@ -415,7 +446,8 @@ CREATE OR REPLACE FUNCTION rebuno_lock_execution(
     lease_live boolean, policy_bundle text,
     e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
     e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean
+    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean,
+    e_has_resources boolean
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean := false;
@@ -432,7 +464,7 @@ BEGIN
             live, COALESCE(e.policy_bundle, a.policy_bundle),
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
             e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq, e.has_children
+            e.forked_from, e.fork_seq, e.has_children, e.has_resources
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         WHERE e.id = p_execution;

@@ -24,7 +24,17 @@ from psycopg_pool import AsyncConnectionPool
 
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
+from rebuno.kernel.domain.records import (
+    Agent,
+    Approval,
+    Checkpoint,
+    Dispatch,
+    Event,
+    Execution,
+    RawJson,
+    Resource,
+    Step,
+)
 from rebuno.kernel.pgserver import Server
 from rebuno.kernel.store.base import (
     DECISION_TYPES,
@@ -46,6 +56,7 @@ from rebuno.kernel.store.postgres import (
     executions,
     migrations,
     rate_buckets,
+    resources,
     seen_requests,
     steps,
     submissions,
@@ -307,6 +318,15 @@ class PostgresStore:
 
     async def get_state(self, execution_id: str) -> RawJson | None:
         return await self._read(executions.get_state, execution_id)
+
+    async def list_resources(self, execution_id: str) -> list[Resource]:
+        return await self._read(resources.list_resources, execution_id)
+
+    async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
+        return await self._read(resources.list_checkpoints, execution_id)
+
+    async def get_restoration(self, execution_id: str) -> RawJson | None:
+        return await self._read(executions.get_restoration, execution_id)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self._read(executions.list_page, flt)

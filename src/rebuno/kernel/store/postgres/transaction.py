@@ -29,11 +29,13 @@ from rebuno.kernel.domain.records import (
     Agent,
     AgentMetadata,
     Approval,
+    Checkpoint,
     Dispatch,
     Event,
     Execution,
     Lease,
     RawJson,
+    Resource,
     Step,
 )
 from rebuno.kernel.pgserver import Server
@@ -57,6 +59,7 @@ from rebuno.kernel.store.postgres import (
     events,
     executions,
     rate_buckets,
+    resources,
     seen_requests,
     steps,
     submissions,
@@ -328,6 +331,18 @@ class PostgresTransaction:
     ) -> datetime | None:
         return await self._run(seen_requests.remember, digest, now, until)
 
+    async def list_resources(self, execution_id: str) -> list[Resource]:
+        return await self._run(resources.list_resources, execution_id)
+
+    async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
+        return await self._run(resources.list_checkpoints, execution_id)
+
+    async def affected_keys(self, step_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        return await self._run(resources.affected_keys, step_ids)
+
+    async def writing_keys(self, execution_id: str) -> set[str]:
+        return await self._run(resources.writing_keys, execution_id)
+
     # -- writes (collected, or queued in order) ------------------------------------------
     async def insert_execution(
         self, execution: Execution, policy_bundle: str | None = None
@@ -343,6 +358,24 @@ class PostgresTransaction:
 
     async def set_state(self, execution_id: str, state: RawJson) -> None:
         self._writes.add(writes.set_state(execution_id, state))
+
+    async def mark_resources(self, execution_id: str) -> None:
+        self._writes.add(writes.mark_resources(execution_id))
+
+    async def set_restoration(self, execution_id: str, restoration: RawJson) -> None:
+        self._writes.add(writes.set_restoration(execution_id, restoration))
+
+    async def put_resource(self, resource: Resource) -> None:
+        self._writes.add(writes.put_resource(resource))
+
+    async def insert_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self._writes.add(writes.insert_checkpoint(checkpoint))
+
+    async def close_checkpoints(self, execution_id: str, key: str, seq: int) -> None:
+        self._writes.add(writes.close_checkpoints(execution_id, key, seq))
+
+    async def set_affected_keys(self, step_id: str, keys: Sequence[str]) -> None:
+        self._writes.add(writes.set_affected_keys(step_id, keys))
 
     async def append_events(self, events_: Sequence[Event]) -> None:
         if events_:

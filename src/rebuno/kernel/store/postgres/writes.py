@@ -18,7 +18,15 @@ from typing import Any
 
 import orjson
 
-from rebuno.kernel.domain.records import Dispatch, Event, Execution, RawJson, Step
+from rebuno.kernel.domain.records import (
+    Checkpoint,
+    Dispatch,
+    Event,
+    Execution,
+    RawJson,
+    Resource,
+    Step,
+)
 from rebuno.kernel.store.base import StepKey
 
 APPLY = "SELECT rebuno_apply(%s::jsonb)"
@@ -165,6 +173,52 @@ def admit_execution(execution_id: str, now: datetime, parent_execution_id: str |
 
 def mark_parent(execution_id: str) -> Op:
     return {"op": "mark_parent", "id": execution_id}
+
+
+def mark_resources(execution_id: str) -> Op:
+    return {"op": "mark_resources", "id": execution_id}
+
+
+def set_restoration(execution_id: str, restoration: RawJson) -> Op:
+    return {"op": "set_restoration", "id": execution_id, "restoration": restoration}
+
+
+def put_resource(r: Resource) -> Op:
+    return {
+        "op": "put_resource",
+        "execution_id": r.execution_id,
+        "key": r.key,
+        "driver_id": r.driver_id,
+        "configuration": r.configuration,
+        "coverage_reuse": r.coverage_reuse,
+        "every_steps": r.every_steps,
+        "on_completion": r.on_completion,
+        "registered_seq": r.registered_seq,
+        "generation": r.generation,
+        "count": r.count,
+        "binding": r.binding,
+        "checkpoint_ref": r.checkpoint_ref,
+    }
+
+
+def insert_checkpoint(c: Checkpoint) -> Op:
+    return {
+        "op": "insert_checkpoint",
+        "execution_id": c.execution_id,
+        "key": c.key,
+        "generation": c.generation,
+        "checkpoint_ref": c.checkpoint_ref,
+        "covered_seq": c.covered_seq,
+        "invalidated_seq": c.invalidated_seq,
+    }
+
+
+def close_checkpoints(execution_id: str, key: str, seq: int) -> Op:
+    return {"op": "close_checkpoints", "execution_id": execution_id, "key": key, "seq": seq}
+
+
+def set_affected_keys(step_id: str, keys: Sequence[str]) -> Op:
+    return {"op": "set_affected_keys", "step_id": step_id, "keys": list(keys) if keys else None}
 
 
 def set_state(execution_id: str, state: RawJson) -> Op:

@@ -25,14 +25,15 @@ from rebuno.protocol.enums import ExecutionStatus
 
 ORIGIN = (
     "idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at,"
-    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq, has_children"
+    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq, has_children,"
+    " has_resources"
 )
 """An execution's origin (§24-§27), after its core columns."""
 COLUMNS = (
     "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
     f" updated_at, deadline_at, last_event_seq, {ORIGIN}"
 )
-WIDTH = 22
+WIDTH = 23
 """How many columns `COLUMNS` names: where an execution ends in a joined row."""
 
 
@@ -77,6 +78,7 @@ def to_record(row: tuple[Any, ...]) -> Execution:
         forked_from=row[19],
         fork_seq=row[20],
         has_children=bool(row[21]),
+        has_resources=bool(row[22]),
     )
 
 
@@ -105,7 +107,7 @@ def insert(
     with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
             f"INSERT INTO executions ({COLUMNS}, policy_bundle)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 execution.id,
                 execution.agent_id,
@@ -129,6 +131,7 @@ def insert(
                 execution.forked_from,
                 execution.fork_seq,
                 int(execution.has_children),
+                int(execution.has_resources),
                 policy_bundle,
             ),
         )
@@ -148,6 +151,23 @@ def mark_parent(conn: sqlite3.Connection, execution_id: str) -> None:
         "UPDATE executions SET has_children = 1 WHERE id = ? AND has_children = 0",
         (execution_id,),
     )
+
+
+def mark_resources(conn: sqlite3.Connection, execution_id: str) -> None:
+    conn.execute(
+        "UPDATE executions SET has_resources = 1 WHERE id = ? AND has_resources = 0",
+        (execution_id,),
+    )
+
+
+def set_restoration(conn: sqlite3.Connection, execution_id: str, restoration: str) -> None:
+    conn.execute("UPDATE executions SET restoration = ? WHERE id = ?", (restoration, execution_id))
+
+
+def get_restoration(conn: sqlite3.Connection, execution_id: str) -> str | None:
+    row = conn.execute("SELECT restoration FROM executions WHERE id = ?", (execution_id,))
+    found = row.fetchone()
+    return None if found is None or found[0] is None else str(found[0])
 
 
 def set_state(conn: sqlite3.Connection, execution_id: str, state: str) -> None:

@@ -217,6 +217,41 @@ _API_KEYS = (
     )""",
 )
 
+# External resources (§33): their metadata and checkpoints, child rows of their execution;
+# the keys each step affects; whether an execution has any (so one without reads nothing
+# more); what a fork restored.
+_RESOURCES = (
+    """CREATE TABLE resources (
+        execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        driver_id TEXT NOT NULL,
+        configuration TEXT,
+        coverage_reuse INTEGER NOT NULL,
+        every_steps INTEGER NOT NULL,
+        on_completion INTEGER NOT NULL,
+        registered_seq INTEGER NOT NULL,
+        generation INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        binding TEXT,
+        checkpoint_ref TEXT,
+        PRIMARY KEY (execution_id, key)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE resource_checkpoints (
+        id INTEGER PRIMARY KEY,
+        execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        checkpoint_ref TEXT NOT NULL,
+        covered_seq INTEGER NOT NULL,
+        invalidated_seq INTEGER,
+        CHECK (invalidated_seq IS NULL OR covered_seq < invalidated_seq)
+    )""",
+    "CREATE INDEX resource_checkpoints_execution ON resource_checkpoints (execution_id, key)",
+    "ALTER TABLE steps ADD COLUMN affected_keys TEXT",
+    "ALTER TABLE executions ADD COLUMN has_resources INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE executions ADD COLUMN restoration TEXT",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _TABLES + _INDEXES + _TRIGGERS,
     _AGENT_INSTANCES,
@@ -224,6 +259,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _EXECUTION_ORIGIN,
     _AGENT_METADATA,
     _API_KEYS,
+    _RESOURCES,
 )
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
 

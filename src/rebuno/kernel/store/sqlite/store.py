@@ -32,7 +32,17 @@ from typing import Concatenate, ParamSpec, TextIO, TypeVar
 
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, RawJson, Step
+from rebuno.kernel.domain.records import (
+    Agent,
+    Approval,
+    Checkpoint,
+    Dispatch,
+    Event,
+    Execution,
+    RawJson,
+    Resource,
+    Step,
+)
 from rebuno.kernel.store.base import (
     DECISION_TYPES,
     LISTED_PAYLOAD_BYTES,
@@ -54,6 +64,7 @@ from rebuno.kernel.store.sqlite import (
     events,
     executions,
     rate_buckets,
+    resources,
     seen_requests,
     steps,
 )
@@ -421,6 +432,15 @@ class SqliteStore:
 
     async def get_state(self, execution_id: str) -> RawJson | None:
         return self._read(executions.get_state, execution_id)
+
+    async def list_resources(self, execution_id: str) -> list[Resource]:
+        return self._read(resources.list_resources, execution_id)
+
+    async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
+        return self._read(resources.list_checkpoints, execution_id)
+
+    async def get_restoration(self, execution_id: str) -> RawJson | None:
+        return self._read(executions.get_restoration, execution_id)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return self._read(executions.list_page, flt)

@@ -20,11 +20,13 @@ from rebuno.kernel.domain.records import (
     Agent,
     AgentMetadata,
     Approval,
+    Checkpoint,
     Dispatch,
     Event,
     Execution,
     Lease,
     RawJson,
+    Resource,
     Step,
 )
 from rebuno.kernel.store.base import (
@@ -45,6 +47,7 @@ from rebuno.kernel.store.sqlite import (
     dispatches,
     executions,
     rate_buckets,
+    resources,
     seen_requests,
     steps,
 )
@@ -185,6 +188,18 @@ class SqliteTransaction:
     ) -> datetime | None:
         return self._run(seen_requests.remember, digest, now, until)
 
+    async def list_resources(self, execution_id: str) -> list[Resource]:
+        return self._run(resources.list_resources, execution_id)
+
+    async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
+        return self._run(resources.list_checkpoints, execution_id)
+
+    async def affected_keys(self, step_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        return self._run(resources.affected_keys, step_ids)
+
+    async def writing_keys(self, execution_id: str) -> set[str]:
+        return self._run(resources.writing_keys, execution_id)
+
     # -- writes --------------------------------------------------------------------------
     async def insert_execution(
         self, execution: Execution, policy_bundle: str | None = None
@@ -199,6 +214,24 @@ class SqliteTransaction:
 
     async def set_state(self, execution_id: str, state: RawJson) -> None:
         self._run(executions.set_state, execution_id, state)
+
+    async def mark_resources(self, execution_id: str) -> None:
+        self._run(executions.mark_resources, execution_id)
+
+    async def set_restoration(self, execution_id: str, restoration: RawJson) -> None:
+        self._run(executions.set_restoration, execution_id, restoration)
+
+    async def put_resource(self, resource: Resource) -> None:
+        self._run(resources.put_resource, resource)
+
+    async def insert_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self._run(resources.insert_checkpoint, checkpoint)
+
+    async def close_checkpoints(self, execution_id: str, key: str, seq: int) -> None:
+        self._run(resources.close_checkpoints, execution_id, key, seq)
+
+    async def set_affected_keys(self, step_id: str, keys: Sequence[str]) -> None:
+        self._run(resources.set_affected_keys, step_id, keys)
 
     async def append_events(self, events: Sequence[Event]) -> None:
         self._run(event_log.append, events)
