@@ -5,13 +5,12 @@ Must not import anything outside `rebuno.protocol` and the domain.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from rebuno.kernel.domain.errors import ExecutionTerminal, Forbidden
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Execution, RawJson
+from rebuno.kernel.domain.records import Execution, RawJson, replace
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.events import EventType
 

@@ -7,8 +7,11 @@ Must not import anything outside `rebuno.protocol`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rebuno.protocol.enums import (
     ApprovalStatus,
@@ -21,6 +24,52 @@ from rebuno.protocol.enums import (
 
 RawJson = str
 """JSON text. `"null"` stands for JSON null; Python `None` means "absent"."""
+
+R = TypeVar("R")
+
+if TYPE_CHECKING:
+    # Type-checked exactly as `dataclasses.replace` is: the same names, the same field types.
+    from dataclasses import replace as replace
+else:
+
+    def replace(record: R, /, **changes: Any) -> R:
+        """`dataclasses.replace` for the frozen, slotted records of the kernel, at a third of
+        its cost: it reads every field in one call and fills the copy's slots directly,
+        without introspecting the class and running its `__init__` each time (an execution
+        has 23 fields, and a step is copied several times per submission). Any other
+        dataclass goes to `dataclasses.replace`."""
+        plan = _COPY_PLANS.get(type(record))
+        if plan is None:
+            plan = _COPY_PLANS[type(record)] = _copy_plan(type(record))
+        if not plan:
+            return dataclasses.replace(record, **changes)  # type: ignore[type-var]
+        read, slots, index = plan
+        values = list(read(record))
+        for name, value in changes.items():
+            if name not in index:
+                raise TypeError(f"{type(record).__name__} has no field {name!r}")
+            values[index[name]] = value
+        copy = object.__new__(type(record))
+        for fill, value in zip(slots, values, strict=True):
+            fill(copy, value)
+        return copy
+
+
+_COPY_PLANS: dict[type, tuple[Any, tuple[Any, ...], dict[str, int]] | tuple[()]] = {}
+
+
+def _copy_plan(cls: type) -> tuple[Any, tuple[Any, ...], dict[str, int]] | tuple[()]:
+    """How `replace` copies a `cls`: a getter of all its fields, the setter of each slot and
+    the index of each name; empty when the class needs `dataclasses.replace` (no slots, a
+    field outside `__init__`, a `__post_init__`)."""
+    fields = dataclasses.fields(cls)
+    if "__slots__" not in cls.__dict__ or len(fields) < 2 or hasattr(cls, "__post_init__"):
+        return ()
+    if any(not f.init for f in fields):
+        return ()
+    names = tuple(f.name for f in fields)
+    slots = tuple(cls.__dict__[name].__set__ for name in names)
+    return attrgetter(*names), slots, {name: i for i, name in enumerate(names)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,12 @@ Must not import anything outside `rebuno.protocol` and the domain.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 
 import orjson
 
 from rebuno.kernel.domain.errors import Conflict
-from rebuno.kernel.domain.records import RawJson, Step
+from rebuno.kernel.domain.records import RawJson, Step, replace
 from rebuno.protocol.enums import StepStatus
 
 INDETERMINATE_MESSAGE = (

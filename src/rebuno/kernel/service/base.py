@@ -10,7 +10,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import uuid_utils
@@ -18,7 +17,7 @@ import uuid_utils
 from rebuno.kernel import metrics
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Dispatch, Execution
+from rebuno.kernel.domain.records import Dispatch, Execution, replace
 from rebuno.kernel.policy.loader import BundleCache
 from rebuno.kernel.service.activity import Activity
 from rebuno.kernel.service.restoration import inherit

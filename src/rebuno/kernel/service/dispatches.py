@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import replace
 from datetime import datetime
 
 from rebuno.kernel import metrics
@@ -23,7 +22,7 @@ from rebuno.kernel.domain.dispatch import (
 )
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import mark_started
-from rebuno.kernel.domain.records import Dispatch, Execution, Lease
+from rebuno.kernel.domain.records import Dispatch, Execution, Lease, replace
 from rebuno.kernel.service.base import ServiceBase, flush, log
 from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_execution
 from rebuno.kernel.store.base import ClaimedDispatch, Stale, Transaction, Unchanged

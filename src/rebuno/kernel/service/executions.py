@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -30,7 +30,15 @@ from rebuno.kernel.domain.execution import (
     transition,
 )
 from rebuno.kernel.domain.principal import ANONYMOUS, Principal
-from rebuno.kernel.domain.records import Event, Execution, Lease, RawJson, SeenRequest, Step
+from rebuno.kernel.domain.records import (
+    Event,
+    Execution,
+    Lease,
+    RawJson,
+    SeenRequest,
+    Step,
+    replace,
+)
 from rebuno.kernel.service.activity import Watcher
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.resources import settle

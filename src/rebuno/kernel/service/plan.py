@@ -17,7 +17,7 @@ the store, the stream, metrics, asyncio or another use-case module (an import co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 
 from rebuno.kernel.domain import step as steps
@@ -25,7 +25,7 @@ from rebuno.kernel.domain.decision import StepDecision, StepRequest
 from rebuno.kernel.domain.errors import lease_superseded
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, mark_started, transition
-from rebuno.kernel.domain.records import Approval, Execution, Lease, Resource, Step
+from rebuno.kernel.domain.records import Approval, Execution, Lease, Resource, Step, replace
 from rebuno.kernel.domain.resource import NO_TOUCH, Touch, affected_keys, touch
 from rebuno.kernel.policy.engine import PolicyResult
 from rebuno.protocol.enums import (

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cached_property
 
@@ -35,7 +34,7 @@ from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, mark_started
 from rebuno.kernel.domain.identity import step_id as compute_step_id
 from rebuno.kernel.domain.ratelimit import park_wait
-from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
+from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step, replace
 from rebuno.kernel.domain.resource import NO_CAPTURES, Captures
 from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -28,6 +27,7 @@ from rebuno.kernel.domain.records import (
     RawJson,
     Resource,
     Step,
+    replace,
 )
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
