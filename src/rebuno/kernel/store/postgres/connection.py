@@ -25,21 +25,29 @@ Connection: TypeAlias = psycopg.AsyncConnection[TupleRow]
 Params: TypeAlias = Sequence[Any] | Mapping[str, Any]
 
 
+class Result(Protocol):
+    """The rows of one statement: a psycopg cursor, or what a transaction's session hands
+    back (its rows arrive with the message the statement went out in)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    async def fetchone(self) -> TupleRow | None: ...
+
+    async def fetchall(self) -> list[TupleRow]: ...
+
+
 class Executor(Protocol):
     """What the query functions run their statements on: a pooled connection in autocommit
     (one committed statement each) or a transaction's session (see `transaction.py`)."""
 
-    async def execute(
-        self, query: str, params: Params | None = None
-    ) -> psycopg.AsyncCursor[TupleRow]: ...
+    async def execute(self, query: str, params: Params | None = None) -> Result: ...
 
 
 class Batch(Executor, Protocol):
     """A transaction's session, which can also send several statements in one round trip."""
 
-    async def execute_many(
-        self, statements: Sequence[tuple[str, Params | None]]
-    ) -> list[psycopg.AsyncCursor[TupleRow]]:
+    async def execute_many(self, statements: Sequence[tuple[str, Params | None]]) -> list[Result]:
         """Sends the statements together; one cursor each, whose results arrive together."""
         ...
 

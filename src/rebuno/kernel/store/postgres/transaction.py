@@ -1,15 +1,18 @@
 """`PostgresTransaction` (the `Transaction` protocol over one pooled connection) and
 `batched`, which begins, commits or rolls it back.
 
-Statements of a transaction go out in pipeline mode: what a round trip needs (BEGIN, the
-execution's lock, the writes collected so far, then the read or reads) is sent together, and
-only then are the results awaited. So a use case costs one round trip per read it makes plus
-one for the commit; what costs is each round trip (a wake-up of the backend, a result to wait
-for), far more than the statements in it. Writes are collected as operations of
-`rebuno_apply` and sent as one statement: a trigger refusal or a unique violation in them
-therefore surfaces at the next read or at the commit; both places translate it into the
-domain error it stands for. A use case that reads nothing and takes no lock (creating an
-execution) is its writes' one statement, in autocommit, without a pipeline.
+A transaction's statements travel as few messages as its reads allow: what a round trip needs
+(BEGIN, the execution's lock, the writes collected so far, then the read or reads) goes out
+as one simple-protocol message, its parameters bound on the client, and only a fetch awaits
+it. So a use case costs one round trip per read it makes plus one for the commit; what costs
+is each round trip (a wake-up of the backend, a result to wait for), far more than the
+statements in it. psycopg's pipeline mode sends the same statements in one round trip too,
+but waits on the socket once per statement: it cost the kernel 0.2-0.3 ms of CPU more per
+transaction. Writes are collected as operations of `rebuno_apply` and sent as one statement:
+a trigger refusal or a unique violation in them therefore surfaces at the next read or at
+the commit; both places translate it into the domain error it stands for. A use case that
+reads nothing and takes no lock (creating an execution) is its writes' one statement, in
+autocommit, prepared.
 Must import only psycopg, the domain, `store.base`, `rebuno.kernel.pgserver` and this package.
 """
 
@@ -68,6 +71,7 @@ from rebuno.kernel.store.postgres import (
 from rebuno.kernel.store.postgres.connection import (
     Connection,
     Params,
+    Result,
     execution_lock_key,
     lock_key,
     translated,
@@ -75,13 +79,46 @@ from rebuno.kernel.store.postgres.connection import (
 from rebuno.protocol.enums import StepStatus
 
 T = TypeVar("T")
-Cursor = psycopg.AsyncCursor[TupleRow]
+Statement = tuple[str, Params | None]
 
-_BEGIN = b"BEGIN"
-_COMMIT = b"COMMIT"
+_BEGIN = "BEGIN"
+_COMMIT = "COMMIT"
 _ROLLBACK = b"ROLLBACK"
 _PING = b"SELECT 1"
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
+
+
+class Rows:
+    """What one statement of a transaction returned, once its message was answered: the
+    `Result` the query functions fetch from. A fetch before then sends what is queued."""
+
+    __slots__ = ("_rowcount", "_rows", "_tx")
+
+    def __init__(self, tx: PostgresTransaction) -> None:
+        self._tx = tx
+        self._rows: list[TupleRow] | None = None
+        self._rowcount = -1
+
+    def _set(self, rows: list[TupleRow], rowcount: int) -> None:
+        self._rows, self._rowcount = rows, rowcount
+
+    async def _answered(self) -> list[TupleRow]:
+        if self._rows is None:
+            await self._tx.flush()
+        if self._rows is None:  # the message did not get this far
+            raise RuntimeError("a statement of the transaction was not answered")
+        return self._rows
+
+    @property
+    def rowcount(self) -> int:
+        return self._rowcount
+
+    async def fetchone(self) -> TupleRow | None:
+        rows = await self._answered()
+        return rows[0] if rows else None
+
+    async def fetchall(self) -> list[TupleRow]:
+        return list(await self._answered())
 
 
 class PostgresTransaction:
@@ -93,7 +130,7 @@ class PostgresTransaction:
         "_conn",
         "_lock",
         "_optimistic",
-        "_pipeline",
+        "_queued",
         "_server",
         "_tag",
         "_writes",
@@ -119,10 +156,11 @@ class PostgresTransaction:
         self._writes = writes.Writes()
         self._agent: str | None = None
         """The agent a queued `insert_execution` requires, checked by the writes' statement."""
-        self._pipeline: contextlib.AsyncExitStack | None = None
-        """The pipeline, with BEGIN queued in it, from the first statement that needs it
-        until the commit or the rollback."""
+        self._queued: list[tuple[Statement, Rows | None]] = []
+        """Statements not sent yet, in order, each with what receives its result (None for
+        BEGIN, the lock and the writes, whose results nobody reads)."""
         self._begun = False
+        """BEGIN is queued or sent: from the first statement that needs it until the end."""
 
     async def _run(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Runs `call(session, *args)` (a read, or a write `rebuno_apply` does not do): its
@@ -133,30 +171,44 @@ class PostgresTransaction:
         with translated(self._server):
             return await call(_Session(self), *args)
 
-    async def send(self, statements: Sequence[tuple[str, Params | None]]) -> list[Cursor]:
-        """Queues what the transaction has queued and `statements`; each cursor's results
-        are awaited when they are fetched, so one fetch waits for them all."""
-        await self._send_queued()
-        return [await self._conn.execute(query, params) for query, params in statements]
+    def queue(self, statements: Sequence[Statement]) -> list[Rows]:
+        """Queues what the transaction has collected and `statements`; each one's rows arrive
+        when one of them is fetched, all in the same round trip."""
+        self._queue_collected()
+        queued = []
+        for statement in statements:
+            rows = Rows(self)
+            self._queued.append((statement, rows))
+            queued.append(rows)
+        return queued
 
-    async def _send_queued(self) -> contextlib.AsyncExitStack:
-        """Queues BEGIN (entering the pipeline), the lock and the collected writes, as far as
-        they are not queued yet; returns the pipeline."""
-        pipeline = self._pipeline
-        if pipeline is None:
-            pipeline = contextlib.AsyncExitStack()
-            await pipeline.enter_async_context(self._conn.pipeline())
-            self._pipeline = pipeline
+    def _queue_collected(self) -> None:
+        """Queues BEGIN, the lock and the collected writes, as far as they are not yet."""
+        if not self._begun:
             self._begun = True
-            await self._conn.execute(_BEGIN, prepare=False)
+            self._queued.append(((_BEGIN, None), None))
         if self._lock is not None:
-            await self._conn.execute(_LOCK, (self._lock,))
+            self._queued.append(((_LOCK, (self._lock,)), None))
             self._lock = None
         if self._writes:
-            await self._conn.execute(*self._apply())
-        return pipeline
+            self._queued.append((self._apply(), None))
 
-    def _apply(self) -> tuple[str, Params]:
+    async def flush(self) -> None:
+        """Sends every queued statement as one message and hands each its rows. A statement
+        that fails raises here, and the server skips the rest of the message."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        cur = psycopg.AsyncClientCursor(self._conn)
+        text = "; ".join(cur.mogrify(query, params) for (query, params), _ in queued)
+        await cur.execute(text)
+        for index, (_, rows) in enumerate(queued):
+            if index:
+                cur.nextset()
+            if rows is not None:
+                rows._set(await cur.fetchall() if cur.description else [], cur.rowcount)
+
+    def _apply(self) -> Statement:
         if self._agent is None:
             return writes.APPLY, (self._writes.take(),)
         agent, self._agent = self._agent, None
@@ -165,16 +217,15 @@ class PostgresTransaction:
     async def commit(self) -> None:
         """Sends what is queued and the COMMIT, and waits for them."""
         with translated(self._server):
-            if self._pipeline is None and (self._lock is None or not self._writes):
+            if not self._begun and (self._lock is None or not self._writes):
                 # Nothing read and no lock to take first: the writes (if any) are one
                 # statement, which commits itself.
                 if self._writes:
                     await self._conn.execute(*self._apply())
                 return
-            pipeline = await self._send_queued()
-            await self._conn.execute(_COMMIT, prepare=False)
-            self._pipeline = None
-            await pipeline.aclose()  # sends the sync and waits: the commit's round trip
+            self._queue_collected()
+            self._queued.append(((_COMMIT, None), None))
+            await self.flush()  # the commit's round trip
 
     async def commit_unchanged(self, execution_id: str, unchanged: Unchanged) -> None:
         """Sends the writes as one statement that applies them only while `unchanged` holds;
@@ -200,17 +251,9 @@ class PostgresTransaction:
         the block's own exception is the one to report; a session that cannot roll back is
         closed, and the pool replaces it."""
         self._writes.clear()
-        if not self._begun:
-            return
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None:
-            with contextlib.suppress(psycopg.Error):
-                if not self._conn.broken:
-                    await self._conn.execute(_ROLLBACK, prepare=False)
-                # A queued statement may have failed: then the server skipped everything up
-                # to the sync, this ROLLBACK included, and the transaction is still open.
-                await pipeline.aclose()
-        await _end(self._conn)
+        self._queued.clear()
+        if self._begun:
+            await _end(self._conn)
 
     def _lock_for_read(self) -> int | None:
         """The lock key, handed to a read whose statement takes the lock itself; None when it
@@ -440,11 +483,11 @@ class _Session:
     def __init__(self, tx: PostgresTransaction) -> None:
         self._tx = tx
 
-    async def execute(self, query: str, params: Params | None = None) -> Cursor:
-        return (await self._tx.send([(query, params)]))[0]
+    async def execute(self, query: str, params: Params | None = None) -> Result:
+        return self._tx.queue([(query, params)])[0]
 
-    async def execute_many(self, statements: Sequence[tuple[str, Params | None]]) -> list[Cursor]:
-        return await self._tx.send(statements)
+    async def execute_many(self, statements: Sequence[Statement]) -> list[Result]:
+        return list(self._tx.queue(statements))
 
 
 @contextlib.asynccontextmanager
@@ -478,9 +521,8 @@ async def batched(
 
 async def _end(conn: Connection) -> None:
     """Leaves the session clean for the pool: an aborted or unfinished transaction rolled
-    back (a session that cannot is closed), and, after a ROLLBACK, the `DEALLOCATE ALL` that
-    psycopg queues then run now, outside any pipeline: inside the next one it would run after
-    statements were prepared again, and their next use would fail."""
+    back (a session that cannot is closed), and, after a ROLLBACK, the `DEALLOCATE ALL`
+    psycopg may queue then run now rather than in front of the next use's statements."""
     if conn.broken:
         return
     try:
