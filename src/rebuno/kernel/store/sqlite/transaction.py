@@ -134,11 +134,7 @@ class SqliteTransaction:
         now: datetime,
         completing: Sequence[str] = (),
     ) -> Submission:
-        submission = self._run(_load_submission, execution_id, lease, key, step_id_for, now)
-        if not completing:
-            return submission
-        found = self._run(steps.find_many, execution_id, completing)
-        return replace(submission, completing=tuple(found))
+        return self._run(_load_submission, execution_id, lease, key, step_id_for, now, completing)
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str
@@ -336,6 +332,7 @@ def _load_submission(
     key: StepKey,
     step_id_for: StepIdFn,
     now: datetime,
+    completing: Sequence[str],
 ) -> Submission:
     row = conn.execute(
         _SUBMISSION,
@@ -346,13 +343,24 @@ def _load_submission(
     lease_live = dispatches.renew_lease(conn, execution_id, lease, now)
     consumed = row[executions.WIDTH]
     occurrence = 0 if consumed is None else int(consumed) + 1
-    existing = steps.find(conn, step_id_for(occurrence))
+    step_id = step_id_for(occurrence)
+    existing: Step | None = None
+    carried: list[Step] = []
+    if not completing:
+        existing = steps.find(conn, step_id)
+    else:  # the step at this occurrence and the carried ones in one read
+        for found in steps.find_many(conn, execution_id, (step_id, *completing)):
+            if found.step_id == step_id:
+                existing = found
+            if found.step_id in completing:
+                carried.append(found)
     return Submission(
         execution=executions.to_record(row[: executions.WIDTH]),
         lease_live=lease_live,
         occurrence=occurrence,
         existing=existing,
         policy_bundle=row[executions.WIDTH + 1],
+        completing=tuple(carried),
     )
 
 
