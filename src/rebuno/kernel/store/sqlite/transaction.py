@@ -62,11 +62,18 @@ T = TypeVar("T")
 class SqliteTransaction:
     """One unit of work on the single writer connection; the store commits or rolls back."""
 
-    __slots__ = ("_conn", "_path")
+    __slots__ = ("_conn", "_path", "_read")
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:
         self._conn = conn
         self._path = path
+        self._read: dict[str, Execution] = {}
+        """Each execution as this transaction last read or wrote it: what its row holds, as
+        the single writer lets no one else change it meanwhile (`update_execution`)."""
+
+    def _seen(self, execution: Execution) -> Execution:
+        self._read[execution.id] = execution
+        return execution
 
     def _run(
         self,
@@ -79,14 +86,14 @@ class SqliteTransaction:
 
     # -- reads under the lock ------------------------------------------------------------
     async def get_execution(self, execution_id: str) -> Execution:
-        return self._run(executions.get, execution_id)
+        return self._seen(self._run(executions.get, execution_id))
 
     async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
         return self._run(executions.find, agent_id, idempotency_key)
 
     async def hold_execution(self, execution_id: str) -> Execution:
         # The single writer holds everything until the transaction ends.
-        return self._run(executions.get, execution_id)
+        return self._seen(self._run(executions.get, execution_id))
 
     async def take_lock(self, key: str) -> None:
         return None  # the single writer serialises every transaction
@@ -120,6 +127,7 @@ class SqliteTransaction:
         wanted: Wanted = NOTHING_WANTED,
     ) -> Locked:
         locked = self._run(_lock_execution, execution_id, lease, now)
+        self._seen(locked.execution)
         if not wanted or lease is None:
             return locked
         outcomes = self._run(_load_outcomes, execution_id, lease.dispatch_id, wanted)
@@ -134,7 +142,9 @@ class SqliteTransaction:
         now: datetime,
         completing: Sequence[str] = (),
     ) -> Submission:
-        return self._run(_load_submission, execution_id, lease, key, step_id_for, now, completing)
+        loaded = self._run(_load_submission, execution_id, lease, key, step_id_for, now, completing)
+        self._seen(loaded.execution)
+        return loaded
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str
@@ -201,9 +211,11 @@ class SqliteTransaction:
         self, execution: Execution, policy_bundle: str | None = None
     ) -> None:
         self._run(executions.insert, execution, policy_bundle)
+        self._seen(execution)
 
     async def update_execution(self, execution: Execution) -> None:
-        self._run(executions.update, execution)
+        self._run(executions.update, execution, self._read.get(execution.id))
+        self._seen(execution)
 
     async def mark_parent(self, execution_id: str) -> None:
         self._run(executions.mark_parent, execution_id)
