@@ -331,6 +331,58 @@ async def test_r7_a_fork_restores_the_selected_checkpoint(run: Run, kernel: Kern
     )
 
 
+async def test_a_copied_checkpoint_whose_interval_maps_to_nothing_is_dropped(
+    run: Run, kernel: Kernel
+) -> None:
+    """§33.8.3: the baseline is closed by a write's `step.executing`; a fork at that boundary,
+    before the write finished, copies no event of the write, so the baseline's interval maps
+    to nothing and it is not copied; a fork after the write finished keeps it, closed."""
+    await run.register()
+    await run.bind({"sandbox_id": "sbx-1"})
+    await run.publish(captures=[capture(0, "s0")])
+    write = await run.submit(WRITE, 1)
+    log = await run.events()
+    executing = of_type(log, "step.executing")[0]["event_seq"]
+    baseline = (await run.fork_points())["checkpoints"][0]
+    assert baseline["invalidated_seq"] == executing
+
+    early = (await run.client.post(f"{run.base}/fork", json={"at_seq": executing})).json()
+    assert early["restoration"] == {
+        "workspace": {
+            "checkpoint_ref": "s0",
+            "checkpoint_seq": baseline["covered_seq"],
+            "covered": False,
+        }
+    }
+    dropped = Run(early["id"], run.agent, run.client)
+    assert (await dropped.fork_points())["checkpoints"] == []
+    assert of_type(await dropped.events(), "resource.checkpointed") == []
+    assert [(r.generation, r.count) for r in await kernel.store.list_resources(early["id"])] == [
+        (2, 0)
+    ]
+
+    await run.complete(write["step_id"])
+    done = of_type(await run.events(), "step.succeeded")[0]["event_seq"]
+    late = (await run.client.post(f"{run.base}/fork", json={"at_seq": done})).json()
+    kept = Run(late["id"], run.agent, run.client)
+    points = await kept.fork_points()
+    forked_log = await kept.events()
+    registered = of_type(forked_log, "resource.registered")[0]["event_seq"]
+    copied_executing = of_type(forked_log, "step.executing")[0]["event_seq"]
+    assert points["checkpoints"] == [
+        {
+            "key": "workspace",
+            "generation": 0,
+            "checkpoint_ref": "s0",
+            "covered_seq": registered,
+            "invalidated_seq": copied_executing,
+        }
+    ]
+    assert [e["payload"] for e in of_type(forked_log, "resource.checkpointed")] == [
+        {"key": "workspace", "generation": 0, "checkpoint_ref": "s0", "covered_seq": registered}
+    ]
+
+
 async def test_a_fork_of_an_execution_without_resources_restores_nothing(run: Run) -> None:
     decision = await run.submit(PLAIN)
     await run.complete(decision["step_id"])
