@@ -1,0 +1,181 @@
+"""An agent of this SDK with a checkpointed resource (docs/protocol.md §33) is killed with
+SIGKILL inside a write, after two checkpoints, and restarted; on `rebuno dev` and on
+`rebuno server` over PostgreSQL, the kernel's records then hold §33.9: each touch raised the
+generation by exactly one, no checkpoint covers a boundary after a later touch, the re-run of
+the killed write moved the generation again and counted once, and only captures of the
+current generation were accepted after the restart. Writes finished before the crash did not
+run again."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rebuno.kernel.domain.records import Resource
+from rebuno.kernel.store.base import Store
+from rebuno.kernel.store.sqlite import SqliteStore
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server, free_port
+from tests.support import poll_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
+
+SCRIPT = ROOT / "tests" / "e2e" / "resource_agent.py"
+AGENT = "builder"
+SECRET = "resource-crash-secret"
+TOKEN = "resource-crash-token"
+STEPS = 5
+CRASH_AT = 4
+
+
+@dataclass
+class World:
+    tmp_path: Path
+    kernel: Kernel
+    store: Store
+    env: dict[str, str]
+    agents: list[Process] = field(default_factory=list)
+
+    @property
+    def ledger(self) -> Path:
+        return self.tmp_path / "ledger.txt"
+
+    def start_agent(self, **env: str) -> Process:
+        log = self.tmp_path / f"agent-{len(self.agents) + 1}.log"
+        agent = Process([sys.executable, str(SCRIPT)], log, {**self.env, **env})
+        self.agents.append(agent)
+        return agent
+
+    def lines(self) -> list[str]:
+        return self.ledger.read_text().splitlines()
+
+    def logs(self) -> str:
+        return "\n".join(a.output() for a in self.agents) + self.kernel.output()
+
+    def resources(self, execution_id: str) -> list[Resource]:
+        """The stored resources, read through the store seam once the kernel is stopped."""
+        self.kernel.stop()
+
+        async def read() -> list[Resource]:
+            await self.store.open()
+            try:
+                return await self.store.list_resources(execution_id)
+            finally:
+                await self.store.close()
+
+        return asyncio.run(read())
+
+
+@pytest.fixture(params=["dev", pytest.param("server", marks=pytest.mark.postgres)])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    port = free_port()
+    manifest = tmp_path / "rebuno.yaml"
+    manifest.write_text(
+        f"agents:\n  - id: {AGENT}\n"
+        f"    webhook_url: http://127.0.0.1:{port}/webhook\n    secret: {SECRET}\n"
+    )
+    kernel: Kernel
+    store: Store
+    if request.param == "dev":
+        db = tmp_path / "kernel.db"
+        kernel = Kernel(db, manifest, tmp_path / "kernel.log", env=FAST_RECOVERY)
+        store = SqliteStore(str(db))
+    else:
+        from rebuno.kernel.store.postgres import PostgresStore
+
+        url: str = request.getfixturevalue("postgres_url")
+        kernel = Server(url, TOKEN, tmp_path / "kernel.log", manifest=manifest, env=FAST_RECOVERY)
+        store = PostgresStore(url)
+    provider = tmp_path / "provider"
+    provider.mkdir()
+    (tmp_path / "ledger.txt").touch()
+    env = {
+        "REBUNO_URL": kernel.url,
+        "REBUNO_AGENT_SECRET": SECRET,
+        "AGENT_ID": AGENT,
+        "PORT": str(port),
+        "PROVIDER": str(provider),
+        "LEDGER": str(tmp_path / "ledger.txt"),
+    }
+    world = World(tmp_path, kernel, store, env)
+    try:
+        yield world
+    finally:
+        for agent in world.agents:
+            agent.stop()
+        kernel.stop()
+
+
+def _generation_at(touches: list[tuple[int, int]], seq: int) -> int:
+    """The generation after the last touch at or before `seq` (0 before any)."""
+    return max((g for s, g in touches if s <= seq), default=0)
+
+
+def test_a_killed_write_reruns_once_and_the_resource_records_stay_consistent(
+    world: World,
+) -> None:
+    first = world.start_agent(CRASH_AT=str(CRASH_AT))
+    kernel = world.kernel
+    execution_id = kernel.post("/v0/executions", {"agent_id": AGENT, "input": {"steps": STEPS}})[
+        "id"
+    ]
+    poll_until(lambda: len(world.lines()) == CRASH_AT, 30, f"the crash\n{world.logs()}")
+    first.proc.wait(10)
+    before_crash = kernel.get(f"/v0/executions/{execution_id}/fork-points")["checkpoints"]
+    world.start_agent()
+    done = kernel.wait_for_status(execution_id, {"completed", "failed"}, 60)
+    log = kernel.events(execution_id)
+    points = kernel.get(f"/v0/executions/{execution_id}/fork-points")
+
+    assert done["status"] == "completed", world.logs()
+    assert done["output"] == {"items": [1, 2, 3, 4, 5]}
+    pids = [line.split()[1] for line in world.lines()]
+    first_pid, second_pid = str(first.proc.pid), str(world.agents[1].proc.pid)
+    assert [line.split()[0] for line in world.lines()] == ["1", "2", "3", "4", "4", "5"]
+    assert pids == [first_pid] * 4 + [second_pid] * 2
+    # The crash came after the baseline and the second write's capture.
+    assert [c["generation"] for c in before_crash] == [0, 2]
+
+    # 1. Each touch raised the generation by exactly one; the killed write's re-run (an orphan
+    # run again) touched the resource again.
+    executing = [e for e in log if e["type"] == "step.executing"]
+    touches = [(e["event_seq"], e["payload"]["generations"]["workspace"]) for e in executing]
+    assert [g for _, g in touches] == list(range(1, STEPS + 2))
+    step_ids = [e["payload"]["step_id"] for e in executing]
+    assert step_ids[CRASH_AT - 1] == step_ids[CRASH_AT]
+    assert len(set(step_ids)) == STEPS
+    succeeded = [e["payload"]["step_id"] for e in log if e["type"] == "step.succeeded"]
+    assert sorted(succeeded) == sorted(set(step_ids))
+
+    # 2-3. Every checkpoint had the generation current at its boundary, and was closed by the
+    # first touch after it: no checkpoint covers a boundary after a later touch.
+    checkpoints = points["checkpoints"]
+    assert [c["generation"] for c in checkpoints] == [0, 2, STEPS, STEPS + 1]
+    for checkpoint in checkpoints:
+        covered = checkpoint["covered_seq"]
+        assert checkpoint["generation"] == _generation_at(touches, covered)
+        later = [s for s, _ in touches if s > covered]
+        assert checkpoint.get("invalidated_seq") == (later[0] if later else None)
+        assert covered < checkpoint.get("invalidated_seq", covered + 1)
+    recorded = [e["payload"] for e in log if e["type"] == "resource.checkpointed"]
+    assert [(c["generation"], c["covered_seq"]) for c in recorded] == [
+        (c["generation"], c["covered_seq"]) for c in checkpoints
+    ]
+
+    # After the restart, the baseline the new process tried at the killed write's generation
+    # was refused while that write was still executing; only current generations were taken.
+    killed = touches[CRASH_AT - 1][0]
+    failed = [e["payload"] for e in log if e["type"] == "resource.checkpoint_failed"]
+    assert failed == [{"key": "workspace", "generation": CRASH_AT, "error": "writers_active"}]
+    late = [e for e in log if e["type"] == "resource.checkpointed" and e["event_seq"] > killed]
+    assert [e["payload"]["generation"] for e in late] == [STEPS, STEPS + 1]
+    for event in late:
+        assert event["payload"]["generation"] == _generation_at(touches, event["event_seq"])
+
+    # 6. The count holds each write once, the re-run included.
+    stored = world.resources(execution_id)
+    assert [(r.key, r.generation, r.count) for r in stored] == [("workspace", STEPS + 1, STEPS)]
