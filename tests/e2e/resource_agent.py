@@ -9,7 +9,8 @@ sandbox from its binding.
 Configured by the environment: `REBUNO_URL`, `REBUNO_AGENT_SECRET`, `AGENT_ID`, `PORT`,
 `PROVIDER` (the provider's directory), `LEDGER` (each write's body appends `<i> <pid>` there
 and fsyncs before it returns) and `CRASH_AT` (the write whose body, once its line is in the
-ledger and its number in the sandbox, kills this process with SIGKILL).
+ledger and its number in the sandbox, kills this process with SIGKILL) or `CRASH_AT_SNAPSHOT`
+(the checkpoint ref whose capture kills it, before the copy is made).
 
 Imports the public SDK and the standard library.
 """
@@ -28,6 +29,7 @@ from rebuno import Agent, CheckpointPolicy, tool
 PROVIDER = Path(os.environ["PROVIDER"])
 LEDGER = Path(os.environ["LEDGER"])
 CRASH_AT = int(os.environ.get("CRASH_AT") or 0)
+CRASH_AT_SNAPSHOT = os.environ.get("CRASH_AT_SNAPSHOT")
 
 
 class Box:
@@ -67,6 +69,8 @@ class DirectoryDriver:
 
     def checkpoint(self, box: Box) -> str:
         ref = f"snap-{len(list(PROVIDER.glob('snap-*.json')))}"
+        if ref == CRASH_AT_SNAPSHOT:
+            os.kill(os.getpid(), signal.SIGKILL)
         _save(PROVIDER / f"{ref}.json", box.items())
         return ref
 
