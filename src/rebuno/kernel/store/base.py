@@ -78,6 +78,10 @@ class ExecutionFilter:
     also a creation-time range since ids are UUIDv7 (§40.4)."""
     limit: int = 50
     session: str | None = None
+    parent_execution_id: str | None = None
+    spawned_by: str | None = None
+    """Only the sub-agents of this execution (their `spawned_by_execution_id`)."""
+    forked_from: str | None = None
     payload_limit: int = LISTED_PAYLOAD_BYTES
     """An input or output of more bytes than this is left out of the page (`omitted`)."""
 

@@ -190,6 +190,9 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
         ("e.agent_id = %s", flt.agent_id),
         ("e.status = %s", flt.status.value if flt.status is not None else None),
         ("e.session = %s", flt.session),
+        ("e.parent_execution_id = %s", flt.parent_execution_id),
+        ("e.spawned_by_execution_id = %s", flt.spawned_by),
+        ("e.forked_from = %s", flt.forked_from),
         ("e.id < %s", flt.cursor),
         ("e.id >= %s", flt.floor),
     ):

@@ -230,6 +230,9 @@ def list_page(conn: sqlite3.Connection, flt: ExecutionFilter) -> Page[Execution]
         ("agent_id = ?", flt.agent_id),
         ("status = ?", None if flt.status is None else flt.status.value),
         ("session = ?", flt.session),
+        ("parent_execution_id = ?", flt.parent_execution_id),
+        ("spawned_by_execution_id = ?", flt.spawned_by),
+        ("forked_from = ?", flt.forked_from),
         ("id < ?", flt.cursor),
         ("id >= ?", flt.floor),
     ):

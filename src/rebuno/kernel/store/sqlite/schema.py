@@ -252,6 +252,13 @@ _RESOURCES = (
     "ALTER TABLE executions ADD COLUMN restoration TEXT",
 )
 
+# An execution's forks, listed by their source (§5.1) as the indexes of its origin list its
+# continuations and sub-agents.
+_FORKS_INDEX = (
+    """CREATE INDEX executions_forked_from ON executions (forked_from)
+        WHERE forked_from IS NOT NULL""",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _TABLES + _INDEXES + _TRIGGERS,
     _AGENT_INSTANCES,
@@ -260,6 +267,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _AGENT_METADATA,
     _API_KEYS,
     _RESOURCES,
+    _FORKS_INDEX,
 )
 """Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
 
