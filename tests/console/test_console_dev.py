@@ -231,9 +231,34 @@ def test_forking_from_an_event_opens_the_fork_linked_to_its_source(dev: Stack, p
     page.click("#confirm-yes")
 
     expect(page).not_to_have_url(re.compile(source))
-    expect(page.locator("dl.facts").first).to_contain_text("Forked from")
-    expect(page.locator(f'dl.facts a[href="#/executions/{source}"]')).to_be_visible()
+    expect(page.locator("section.lineage")).to_contain_text("Forked from")
+    expect(page.locator(f'section.lineage a[href="#/executions/{source}"]')).to_be_visible()
     expect(page.locator("h1 .badge")).to_have_text("completed")
+
+
+def test_a_new_fork_joins_the_lineage_tree_live_and_its_link_leads_back(
+    dev: Stack, page: Page
+) -> None:
+    source = create(dev, "greeter", {"name": "ed"})
+    wait_for_status(dev, source, "completed")
+    page.goto(f"{dev.url}/ui#/executions/{source}")
+    expect(page.locator("#live")).to_have_text("live")
+    expect(page.locator("h1 .badge")).to_have_text("completed")
+
+    response = httpx.post(f"{dev.url}/v0/executions/{source}/fork", json={"at_seq": 1}, timeout=5)
+    response.raise_for_status()
+    fork = response.json()["id"]
+
+    node = page.locator(f'section.lineage li.self li[data-id="{fork}"]')
+    expect(node).to_contain_text("Fork")
+    expect(node).to_contain_text("at event 1")
+    expect(node.locator(".badge")).to_have_text("completed")
+    node.locator(f'a[href="#/executions/{fork}"]').click()
+
+    expect(page.locator("h1")).to_contain_text(fork)
+    up = page.locator(f'section.lineage li[data-id="{source}"]')
+    expect(up).to_contain_text("Forked from")
+    expect(up.locator(".badge")).to_have_text("completed")
 
 
 def test_the_agents_page_shows_webhooks_and_never_the_secret(dev: Stack, page: Page) -> None:

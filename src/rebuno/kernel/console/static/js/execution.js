@@ -1,5 +1,5 @@
 // One execution: its facts, input and output, the timeline of its steps, its raw event log,
-// the live output of a running step, cancel, fork from an event, and its lineage.
+// the live output of a running step, cancel, fork from an event, and its lineage as a tree.
 import { api, query } from "./api.js";
 import {
   badge, confirmAction, debounced, duration, executionLink, facts, h, jsonBlock, pretty, replace, time,
@@ -7,6 +7,7 @@ import {
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 const EVENTS_PAGE = 50;
+const LINEAGE_PAGE = 50;
 const DECISIONS = {
   "step.allowed": "allow", "step.denied": "deny", "step.awaiting_approval": "require_approval",
   "step.rate_limited": "rate_limited",
@@ -22,14 +23,53 @@ async function allEvents(id) {
   }
 }
 
-function lineage(execution) {
-  const links = [];
-  if (execution.parent_execution_id) links.push(["Continues", executionLink(execution.parent_execution_id)]);
-  if (execution.spawned_by) links.push(["Sub-agent of", executionLink(execution.spawned_by.execution_id)]);
-  if (execution.forked_from) {
-    links.push(["Forked from", h("span", {}, executionLink(execution.forked_from), ` at event ${execution.fork_seq}`)]);
+// The executions this one comes from, above it, and those that come from it, below: its
+// sub-agents, the executions that continue it and its forks, each from the list filter
+// that names them (§5.1). A relative is read as a list item, so a large input or output
+// stays behind; one retention removed shows without a status.
+async function listed(filters, limit) {
+  return api(`/v0/executions${query({ ...filters, limit })}`);
+}
+
+async function lineage(execution) {
+  const id = execution.id;
+  const up = [];
+  if (execution.spawned_by) up.push(["Sub-agent of", execution.spawned_by.execution_id, ""]);
+  if (execution.forked_from) up.push(["Forked from", execution.forked_from, ` at event ${execution.fork_seq}`]);
+  if (execution.parent_execution_id) up.push(["Continues", execution.parent_execution_id, ""]);
+  const down = [["Sub-agent", "spawned_by"], ["Continued by", "parent_execution_id"], ["Fork", "forked_from"]];
+  const [ups, downs] = await Promise.all([
+    Promise.all(up.map(([, other]) => listed({ id_prefix: other }, 1))),
+    Promise.all(down.map(([, filter]) => listed({ [filter]: id }, LINEAGE_PAGE))),
+  ]);
+  return {
+    up: up.map(([label, other, note], at) => ({ label, id: other, note, found: ups[at].executions[0] })),
+    down: down.map(([label, filter], at) => ({ label, filter, page: downs[at] })),
+  };
+}
+
+function relative(label, id, found, note = "") {
+  return h("li", { "data-id": id }, `${label} `, executionLink(id), note, " ",
+    found ? [badge(found.status), h("span", { class: "muted" }, ` ${found.agent_id}`)] : h("span", { class: "muted" }, "(no longer stored)"));
+}
+
+function lineageTree(execution, found) {
+  const below = [];
+  for (const { label, filter, page } of found.down) {
+    for (const one of [...page.executions].reverse()) {
+      below.push(relative(label, one.id, one, filter === "forked_from" ? ` at event ${one.fork_seq}` : ""));
+    }
+    if (page.next_cursor) {
+      below.push(h("li", {}, h("a", { href: `#/executions${query({ [filter]: execution.id })}` }, `Every ${label.toLowerCase()}`)));
+    }
   }
-  return links;
+  if (!found.up.length && !below.length) return null;
+  return h("section", { class: "lineage", "aria-label": "Lineage" },
+    h("h2", {}, "Lineage"),
+    h("ul", { class: "tree" },
+      found.up.map((one) => relative(one.label, one.id, one.found, one.note)),
+      h("li", { class: "self", "data-id": execution.id }, "This execution ", h("span", { class: "mono" }, execution.id), " ",
+        badge(execution.status), below.length ? h("ul", {}, below) : null)));
 }
 
 function summary(execution, onCancel) {
@@ -50,7 +90,6 @@ function summary(execution, onCancel) {
       ["On behalf of", execution.on_behalf_of],
       ["Session", execution.session],
       ["Idempotency key", execution.idempotency_key],
-      ...lineage(execution),
     ]),
     cancel,
     jsonBlock("Input", execution.input),
@@ -113,6 +152,8 @@ export async function render(main, params, id) {
   const live = new Map(); // step id → text streamed so far
   let eventsAfter = Number(params.get("after_seq") || 0);
   const head = h("div");
+  const tree = h("div");
+  let latest = null; // the execution as last read
   const timeline = h("ol", { class: "timeline", "aria-label": "Timeline" });
   const log = h("tbody");
   const pager = h("p", { class: "row" });
@@ -151,6 +192,10 @@ export async function render(main, params, id) {
     }
   }
 
+  async function showLineage(execution) {
+    replace(tree, lineageTree(execution, await lineage(execution)));
+  }
+
   async function refresh() {
     const [execution, steps, approvals, events] = await Promise.all([
       api(`/v0/executions/${id}`),
@@ -158,12 +203,14 @@ export async function render(main, params, id) {
       api(`/v0/approvals${query({ status: "all", execution_id: id })}`),
       allEvents(id),
     ]);
+    latest = execution;
     replace(head, summary(execution, onCancel));
+    const related = showLineage(execution);
     const decided = decisionsByStep(events);
     const byStep = new Map(approvals.map((one) => [one.step_id, one]));
     replace(timeline, steps.length ? steps.map((step) => stepItem(step, decided.get(step.step_id) || {}, byStep.get(step.step_id), live.get(step.step_id)))
       : h("li", { class: "muted" }, "No steps yet."));
-    await showEvents();
+    await Promise.all([related, showEvents()]);
     return execution;
   }
 
@@ -175,9 +222,16 @@ export async function render(main, params, id) {
     const now = await refresh();
     if (stream && TERMINAL.has(now.status)) { stream.close(); stream = null; }
   });
+  const againLineage = debounced(() => showLineage(latest));
   const onChange = (event) => {
-    if (event.detail.id !== id) return;
-    if (loaded) again(); else missed = true;
+    const changed = event.detail;
+    if (changed.id === id) {
+      if (loaded) again(); else missed = true;
+      return;
+    }
+    const node = tree.querySelector(`li[data-id="${changed.id}"] > .badge`);
+    if (node) node.replaceWith(badge(changed.status));
+    else if (loaded && [changed.spawned_by?.execution_id, changed.parent_execution_id, changed.forked_from].includes(id)) againLineage();
   };
   window.addEventListener("rebuno:execution", onChange);
   window.addEventListener("rebuno:resync", again);
@@ -193,7 +247,7 @@ export async function render(main, params, id) {
     cleanup();
     throw error;
   }
-  replace(main, head, notice,
+  replace(main, head, notice, tree,
     h("h2", {}, "Timeline"), timeline,
     h("h2", {}, "Event log"),
     h("table", { class: "responsive events" },

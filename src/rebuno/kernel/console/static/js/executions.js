@@ -5,6 +5,8 @@ import { badge, executionLink, h, replace, time } from "./dom.js";
 
 const STATUSES = ["pending", "running", "blocked", "completed", "failed", "cancelled"];
 const FILTERS = ["status", "agent_id", "session", "created_after", "created_before", "id_prefix"];
+// Set by the links of an execution's lineage, not by the form: whose relatives are listed.
+const LINEAGE = { spawned_by: "Sub-agents of", parent_execution_id: "Continuations of", forked_from: "Forks of" };
 
 function isoOrEmpty(local) {
   return local ? new Date(local).toISOString() : "";
@@ -39,6 +41,7 @@ function filterForm(params, agents) {
       status: status.value, agent_id: agent.value, session: session.value.trim(),
       created_after: isoOrEmpty(after.value), created_before: isoOrEmpty(before.value),
       id_prefix: prefix.value.trim(),
+      ...Object.fromEntries(Object.keys(LINEAGE).map((key) => [key, params.get(key)])),
     };
     window.location.hash = `#/executions${query(next)}`;
   });
@@ -66,11 +69,18 @@ function matches(execution, params) {
     const wanted = params.get(key);
     if (wanted && execution[field] !== wanted) return false;
   }
+  for (const key of Object.keys(LINEAGE)) {
+    const wanted = params.get(key);
+    const value = key === "spawned_by" ? execution.spawned_by?.execution_id : execution[key];
+    if (wanted && value !== wanted) return false;
+  }
   return !params.get("cursor") && !params.get("id_prefix") && !params.get("created_before");
 }
 
 export async function render(main, params) {
-  const filters = Object.fromEntries(FILTERS.map((key) => [key, params.get(key)]));
+  const filters = Object.fromEntries([...FILTERS, ...Object.keys(LINEAGE)].map((key) => [key, params.get(key)]));
+  const relatives = Object.entries(LINEAGE).filter(([key]) => params.get(key))
+    .map(([key, label]) => h("p", { class: "muted" }, `${label} `, executionLink(params.get(key))));
   // Listening before the first read; what changes meanwhile is applied once it is shown.
   const early = [];
   const buffer = (event) => early.push(event);
@@ -88,6 +98,7 @@ export async function render(main, params) {
   }
   replace(main,
     h("h1", {}, "Executions"),
+    relatives,
     filterForm(params, agents),
     page.executions.length ? table : h("p", { class: "muted empty" }, "No execution matches."),
     pager);
