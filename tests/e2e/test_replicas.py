@@ -6,6 +6,7 @@ The test acts as the agent itself, through a loopback webhook and signed calls."
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import psycopg
 import pytest
 
 from tests.e2e.loopback import AgentClient, Delivery, Relay, WebhookReceiver
@@ -257,6 +259,91 @@ def test_deltas_produced_on_one_replica_reach_consumers_on_every_replica(
     for reader in readers:
         assert [d for d in reader.deltas if d["data"] != "probe"] == expected
     assert_contiguous(events)
+
+
+class ActivityReader:
+    """Reads `GET /v0/activity` on a thread; `wait_for` blocks on its frames, not a clock."""
+
+    def __init__(self, url: str) -> None:
+        self.opened = threading.Event()
+        self.statuses: dict[str, list[str]] = collections.defaultdict(list)
+        self._changed = threading.Condition()
+        self._url = url
+        self._stop = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        timeout = httpx.Timeout(5, read=None)
+        # The feed never ends on its own: the replica stopping at the test's end cuts it.
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            httpx.stream("GET", self._url, headers=headers, timeout=timeout) as response,
+        ):
+            for line in response.iter_lines():
+                if line == ": ok":
+                    self.opened.set()
+                elif line.startswith("data: "):
+                    self._record(json.loads(line.removeprefix("data: ")))
+                if self._stop.is_set():
+                    break
+
+    def _record(self, frame: dict[str, Any]) -> None:
+        if frame["type"] == "execution":
+            with self._changed:
+                changed = frame["execution"]
+                self.statuses[changed["id"]].append(changed["status"])
+                self._changed.notify_all()
+
+    def wait_for(self, execution_id: str, status: str, timeout: float) -> None:
+        with self._changed:
+            seen = self._changed.wait_for(lambda: status in self.statuses[execution_id], timeout)
+        assert seen, f"no {status} frame of {execution_id}: {dict(self.statuses)}"
+
+    def close(self) -> None:
+        self._stop.set()  # the next keep-alive or frame ends the thread; it is a daemon
+
+
+def listening(postgres_url: str, channel: str) -> int:
+    """How many sessions on the test's database last ran `LISTEN channel`: a replica's
+    listener, once it waits for notifications."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query = %s",
+            (f"LISTEN {channel}",),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_status_changes_committed_on_one_replica_reach_the_activity_feed_of_another(
+    tmp_path: Path, start: Any, agent: AgentClient, postgres_url: str
+) -> None:
+    """§40.5: the watching replica commits nothing of the execution (the delivery is held,
+    so no acknowledgement is written): every frame it sends was announced by the other."""
+    receiver = WebhookReceiver(SECRET, hold_first=True)
+    manifest = write_manifest(tmp_path, receiver.url, lease_seconds=60)
+    watched = start(manifest)
+    # Notifications are not replayed: the watched replica listens before anything happens.
+    poll_until(lambda: listening(postgres_url, "rebuno_activity") == 1, 10, "the listener")
+    writer = start(manifest)
+    feed = ActivityReader(watched.url + "/v0/activity")
+    try:
+        assert feed.opened.wait(10), "the activity feed to open"
+        execution_id = create(writer)
+        feed.wait_for(execution_id, "pending", 10)
+        poll_until(receiver.held.is_set, 20, "the delivery to arrive and be held")
+        [lease] = receiver.deliveries
+        agent.submit(writer.url, lease, "echo", {"n": 1})  # starts the execution
+        feed.wait_for(execution_id, "running", 10)
+        writer.post(f"/v0/executions/{execution_id}/cancel", {})
+        feed.wait_for(execution_id, "cancelled", 10)
+        seen = list(feed.statuses[execution_id])
+    finally:
+        feed.close()
+        receiver.close()
+
+    assert seen == ["pending", "running", "cancelled"]
 
 
 def test_ready_answers_503_while_the_database_is_unreachable_and_200_after(

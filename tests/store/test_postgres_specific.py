@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Step
+from rebuno.kernel.domain.records import Lease, Step
 from rebuno.kernel.store.base import Stale, Unchanged, Wanted
 from rebuno.kernel.store.postgres import PostgresStore, writes
 from rebuno.kernel.store.postgres.migrations import available
@@ -35,7 +35,9 @@ from tests.store.builders import (
     execution,
     seed_dispatch,
     seed_execution,
+    seed_in_flight,
     step,
+    step_id_for,
 )
 from tests.support import START, wait_until
 
@@ -484,6 +486,47 @@ async def test_watch_dispatches_reports_an_execution_another_replica_ended(
         async with replicas[0].transaction(created.id) as tx:
             await tx.insert_dispatch(dispatch(created.id))
         await wait_until(lambda: wakes.count == 2, message="a later notification")
+        assert ended == [created.id]
+    finally:
+        watcher.cancel()
+
+
+async def test_watch_dispatches_reports_creations_and_status_changes_of_another_replica(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    wakes, ended, touched = _Wakes(), list[str](), list[str]()
+    watcher = asyncio.create_task(replicas[1].watch_dispatches(wakes, ended.append, touched.append))
+    try:
+        await wait_until(lambda: wakes.count == 1, message="the listener is ready")
+        created = await seed_execution(replicas[0], status=ExecutionStatus.PENDING)
+        await seed_execution(replicas[1], agent_id="agent-2")  # its own store's: not reported
+        live = await seed_in_flight(replicas[0], created.id)
+        lease = Lease(dispatch_id=live.id, attempt=live.attempt)
+
+        async def moved(status: ExecutionStatus, step: bool = False) -> None:
+            async with replicas[0].transaction(created.id) as tx:
+                if step:  # what a step reads, and writes back with its status kept
+                    at = step_id_for(created.id, KEY)
+                    read = (await tx.load_submission(created.id, lease, KEY, at, NOW)).execution
+                else:
+                    read = await tx.get_execution(created.id)
+                seq = read.last_event_seq + 1
+                await tx.append_events([event(created.id, seq, type="step.proposed")])
+                await tx.update_execution(replace(read, status=status, last_event_seq=seq))
+
+        await moved(ExecutionStatus.RUNNING)
+        await moved(ExecutionStatus.RUNNING, step=True)
+        await moved(ExecutionStatus.BLOCKED)
+        await moved(ExecutionStatus.BLOCKED)
+        await moved(ExecutionStatus.RUNNING)
+        await moved(ExecutionStatus.COMPLETED)
+        async with replicas[0].transaction(created.id) as tx:
+            await tx.insert_dispatch(dispatch(created.id))
+
+        # In commit order: once the last insert woke the listener, everything before it
+        # was routed. A status kept is not reported, nor is the end (it is `ended`'s).
+        await wait_until(lambda: wakes.count == 3, message="the last insert")
+        assert touched == [created.id] * 4  # created, running, blocked, running again
         assert ended == [created.id]
     finally:
         watcher.cancel()

@@ -223,7 +223,12 @@ def _background(
 ) -> list[tuple[str, Coroutine[Any, Any, None]]]:
     jobs: list[tuple[str, Coroutine[Any, Any, None]]] = [
         ("dispatch-loop", dispatch_loop.run()),
-        ("dispatch-watch", kernel.store.watch_dispatches(dispatch_loop.wake, kernel.ended)),
+        (
+            "dispatch-watch",
+            kernel.store.watch_dispatches(
+                dispatch_loop.wake, kernel.ended, kernel.activity.touched
+            ),
+        ),
     ]
     if isinstance(bus, PostgresBus):
         jobs.append(("stream-bus", bus.run()))

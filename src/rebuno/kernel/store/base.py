@@ -618,11 +618,16 @@ class Store(Protocol):
         ...
 
     async def watch_dispatches(
-        self, wake: Callable[[], None], ended: Callable[[str], None] | None = None
+        self,
+        wake: Callable[[], None],
+        ended: Callable[[str], None] | None = None,
+        touched: Callable[[str], None] | None = None,
     ) -> None:
         """Runs until cancelled, calling `wake` whenever another process enqueued a
-        dispatch, and `ended(execution_id)` whenever another process ended an execution
-        (Postgres: LISTEN). A single-process backend returns at once."""
+        dispatch, `ended(execution_id)` whenever another process ended an execution, and
+        `touched(execution_id)` whenever another process created one or changed its status
+        short of an end (Postgres: LISTEN; §40.5). A single-process backend returns at
+        once."""
         ...
 
     async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:

@@ -175,6 +175,10 @@ BEGIN
             -- at once instead of at its next look.
             IF e.status IN ('completed', 'failed', 'cancelled') THEN
                 PERFORM pg_notify('rebuno_execution', e.id);
+            ELSIF op->>'announce' IS NOT NULL THEN
+                -- §40.5: the writer saw the status change (a step does not): the activity
+                -- feeds of the other replicas look at it. An end is announced above.
+                PERFORM pg_notify('rebuno_activity', (op->>'announce') || ' ' || e.id);
             END IF;
         WHEN 'insert_execution' THEN
             -- A kernel older than migration 012 sends no origin: `unknown` created it.
@@ -189,6 +193,9 @@ BEGIN
                 on_behalf_of, session, admitted_at, spawned_by_execution_id, spawned_by_step_id,
                 forked_from, fork_seq, policy_bundle
             FROM jsonb_populate_record(NULL::executions, op);
+            IF op->>'announce' IS NOT NULL THEN
+                PERFORM pg_notify('rebuno_activity', (op->>'announce') || ' ' || (op->>'id'));
+            END IF;
         WHEN 'admit_execution' THEN
             -- §24.3: a session's waiter is let run, with the parent chosen for it.
             UPDATE executions SET admitted_at = (op->>'admitted_at')::timestamptz,

@@ -1,5 +1,6 @@
-"""The replica listener: LISTEN on `rebuno_dispatch` (a dispatch was enqueued) and on
-`rebuno_execution` (an execution ended) over a dedicated connection.
+"""The replica listener: LISTEN on `rebuno_dispatch` (a dispatch was enqueued), on
+`rebuno_execution` (an execution ended) and on `rebuno_activity` (an execution was created or
+its status changed short of an end) over a dedicated connection.
 
 A pooled connection cannot listen (it is handed to other work between uses), so the listener
 keeps one of its own, probes it when it has been quiet for a while (a dead peer would
@@ -22,6 +23,9 @@ from rebuno.kernel.store.postgres.dispatches import CHANNEL
 
 ENDED_CHANNEL = "rebuno_execution"
 """Notified by `rebuno_apply` when an execution reaches a terminal status."""
+ACTIVITY_CHANNEL = "rebuno_activity"
+"""Notified by `rebuno_apply` when an execution is created or its status changes to one that
+is not terminal (§40.5), with the writing store's tag and the execution's id."""
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,9 @@ _MAX_BACKOFF_SECONDS = 10.0
 
 class DispatchListener:
     """Until cancelled, calls `wake` per dispatch enqueued by another store (one not tagged
-    `tag`: this store's own enqueues woke its loop already) and `ended` per execution that
-    reached a terminal status."""
+    `tag`: this store's own enqueues woke its loop already), `ended` per execution that
+    reached a terminal status, and `touched` per execution another store created or moved to
+    another status that is not terminal (an end goes to `ended` alone)."""
 
     def __init__(
         self,
@@ -41,11 +46,13 @@ class DispatchListener:
         tag: str,
         wake: Callable[[], None],
         ended: Callable[[str], None] | None = None,
+        touched: Callable[[str], None] | None = None,
     ) -> None:
         self._server = server
         self._tag = tag
         self._wake = wake
         self._ended = ended
+        self._touched = touched
         self._backoff = _FIRST_BACKOFF_SECONDS
 
     async def run(self) -> None:
@@ -70,6 +77,8 @@ class DispatchListener:
             await conn.execute(f"LISTEN {CHANNEL}")
             if self._ended is not None:
                 await conn.execute(f"LISTEN {ENDED_CHANNEL}")
+            if self._touched is not None:
+                await conn.execute(f"LISTEN {ACTIVITY_CHANNEL}")
             self._backoff = _FIRST_BACKOFF_SECONDS
             self._wake()
             while True:
@@ -83,3 +92,7 @@ class DispatchListener:
                 self._wake()
         elif channel == ENDED_CHANNEL and self._ended is not None:
             self._ended(payload)
+        elif channel == ACTIVITY_CHANNEL and self._touched is not None:
+            tag, _, execution_id = payload.partition(" ")
+            if tag != self._tag:
+                self._touched(execution_id)

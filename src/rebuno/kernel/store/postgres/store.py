@@ -395,9 +395,12 @@ class PostgresStore:
         return await self._read(dispatches.queue, now)
 
     async def watch_dispatches(
-        self, wake: Callable[[], None], ended: Callable[[str], None] | None = None
+        self,
+        wake: Callable[[], None],
+        ended: Callable[[str], None] | None = None,
+        touched: Callable[[str], None] | None = None,
     ) -> None:
-        await DispatchListener(self._server, self._tag, wake, ended).run()
+        await DispatchListener(self._server, self._tag, wake, ended, touched).run()
 
     async def reclaim_expired(self, now: datetime, default_lease: timedelta) -> int:
         total = 0

@@ -76,7 +76,7 @@ from rebuno.kernel.store.postgres.connection import (
     lock_key,
     translated,
 )
-from rebuno.protocol.enums import StepStatus
+from rebuno.protocol.enums import ExecutionStatus, StepStatus
 
 T = TypeVar("T")
 Statement = tuple[str, Params | None]
@@ -131,6 +131,7 @@ class PostgresTransaction:
         "_lock",
         "_optimistic",
         "_queued",
+        "_read",
         "_server",
         "_tag",
         "_writes",
@@ -161,6 +162,13 @@ class PostgresTransaction:
         BEGIN, the lock and the writes, whose results nobody reads)."""
         self._begun = False
         """BEGIN is queued or sent: from the first statement that needs it until the end."""
+        self._read: dict[str, ExecutionStatus] = {}
+        """Each execution's status as this transaction last read or wrote it: an update that
+        keeps it (a step) announces nothing (`update_execution`)."""
+
+    def _seen(self, execution: Execution) -> Execution:
+        self._read[execution.id] = execution.status
+        return execution
 
     async def _run(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Runs `call(session, *args)` (a read, or a write `rebuno_apply` does not do): its
@@ -268,13 +276,13 @@ class PostgresTransaction:
     async def get_execution(self, execution_id: str) -> Execution:
         if self._lock is not None and not self._writes:  # the lock and the read in one call
             return (await self.lock_execution(execution_id)).execution
-        return await self._run(executions.get, execution_id)
+        return self._seen(await self._run(executions.get, execution_id))
 
     async def find_execution(self, agent_id: str, idempotency_key: str) -> Execution | None:
         return await self._run(executions.find, agent_id, idempotency_key)
 
     async def hold_execution(self, execution_id: str) -> Execution:
-        return await self._run(executions.hold, execution_id)
+        return self._seen(await self._run(executions.hold, execution_id))
 
     async def take_lock(self, key: str) -> None:
         await self._run(_take_lock, lock_key(key))
@@ -308,7 +316,9 @@ class PostgresTransaction:
         wanted: Wanted = NOTHING_WANTED,
     ) -> Locked:
         load = submissions.lock_execution
-        return await self._run(load, self._lock_for_read(), execution_id, lease, now, wanted)
+        locked = await self._run(load, self._lock_for_read(), execution_id, lease, now, wanted)
+        self._seen(locked.execution)
+        return locked
 
     async def load_submission(
         self,
@@ -320,14 +330,20 @@ class PostgresTransaction:
         completing: Sequence[str] = (),
     ) -> Submission:
         load = submissions.load
-        return await self._run(
+        loaded: Submission = await self._run(
             load, self._lock_for_read(), execution_id, lease, key, step_id_for, now, completing
         )
+        self._seen(loaded.execution)
+        return loaded
 
     async def load_completion(
         self, execution_id: str, step_id: str, dispatch_id: str
     ) -> Completion:
-        return await self._run(submissions.load_completion, execution_id, step_id, dispatch_id)
+        completion: Completion = await self._run(
+            submissions.load_completion, execution_id, step_id, dispatch_id
+        )
+        self._seen(completion.execution)
+        return completion
 
     async def get_step(self, step_id: str) -> Step | None:
         return await self._run(steps.get, step_id)
@@ -390,11 +406,16 @@ class PostgresTransaction:
     async def insert_execution(
         self, execution: Execution, policy_bundle: str | None = None
     ) -> None:
-        self._writes.add(writes.insert_execution(execution, policy_bundle))
+        self._writes.add(writes.insert_execution(execution, policy_bundle, self._tag))
         self._agent = execution.agent_id
+        self._seen(execution)
 
     async def update_execution(self, execution: Execution) -> None:
-        self._writes.add(writes.update_execution(execution))
+        # A status this transaction did not read (an optimistic one reads nothing) is
+        # announced: a needless look costs a replica one read, a missed one a stale badge.
+        changed = self._read.get(execution.id) is not execution.status
+        self._writes.add(writes.update_execution(execution, self._tag if changed else None))
+        self._seen(execution)
 
     async def mark_parent(self, execution_id: str) -> None:
         self._writes.add(writes.mark_parent(execution_id))

@@ -134,8 +134,9 @@ def update_step(s: Step) -> Op:
     }
 
 
-def insert_execution(e: Execution, policy_bundle: str | None = None) -> Op:
-    return {
+def insert_execution(e: Execution, policy_bundle: str | None = None, tag: str | None = None) -> Op:
+    """`tag`: the inserting store's, announced on `rebuno_activity` (§40.5) when given."""
+    op: Op = {
         "op": "insert_execution",
         "id": e.id,
         "agent_id": e.agent_id,
@@ -160,6 +161,9 @@ def insert_execution(e: Execution, policy_bundle: str | None = None) -> Op:
         "fork_seq": e.fork_seq,
         "policy_bundle": policy_bundle,
     }
+    if tag is not None:
+        op["announce"] = tag
+    return op
 
 
 def admit_execution(execution_id: str, now: datetime, parent_execution_id: str | None) -> Op:
@@ -225,8 +229,12 @@ def set_state(execution_id: str, state: RawJson) -> Op:
     return {"op": "set_state", "id": execution_id, "state": state}
 
 
-def update_execution(e: Execution) -> Op:
-    return {
+def update_execution(e: Execution, announce: str | None = None) -> Op:
+    """`announce`: the writing store's tag, when the update changes the execution's status
+    (the writer knows from its read; a step does not): `rebuno_apply` then notifies the
+    other replicas' activity feeds (§40.5). Left out otherwise, so folding the update into
+    its execution's insert keeps the insert's."""
+    op: Op = {
         "op": "update_execution",
         "id": e.id,
         "status": e.status.value,
@@ -235,6 +243,9 @@ def update_execution(e: Execution) -> Op:
         "updated_at": e.updated_at,
         "last_event_seq": e.last_event_seq,
     }
+    if announce is not None:
+        op["announce"] = announce
+    return op
 
 
 def set_occurrence(dispatch_id: str, key: StepKey, consumed: int) -> Op:

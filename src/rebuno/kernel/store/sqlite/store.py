@@ -504,7 +504,10 @@ class SqliteStore:
         return self._read(dispatches.queue, now)
 
     async def watch_dispatches(
-        self, wake: Callable[[], None], ended: Callable[[str], None] | None = None
+        self,
+        wake: Callable[[], None],
+        ended: Callable[[str], None] | None = None,
+        touched: Callable[[str], None] | None = None,
     ) -> None:
         # Every enqueuer lives in this process and wakes its own loop.
         return
