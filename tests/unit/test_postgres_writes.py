@@ -1,6 +1,7 @@
 """How the PostgreSQL store queues a transaction's writes for `rebuno_apply`: consecutive step
 inserts become one operation, and an execution's update folds into its insert in the same
-batch unless it ends the execution (that update notifies other replicas)."""
+batch unless it ends the execution (that update notifies other replicas); a creation or an
+update that changes the status carries the store's tag to announce it (§40.5)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,20 @@ def test_an_update_that_ends_the_execution_is_kept_apart() -> None:
     queued.add(writes.update_execution(replace(execution(), last_event_seq=3)))
 
     assert names(queued) == ["insert_execution", "update_execution", "update_execution"]
+
+
+def test_a_folded_update_keeps_the_announcement_of_its_insert() -> None:
+    created = execution(status=ExecutionStatus.PENDING)
+    queued = writes.Writes()
+    queued.add(writes.insert_execution(created, tag="store-a"))
+    queued.add(writes.update_execution(replace(created, last_event_seq=1)))
+    queued.add(writes.update_execution(replace(execution(), last_event_seq=3)))
+
+    inserted, updated = json.loads(queued.take())
+
+    assert (inserted["op"], inserted["announce"], inserted["last_event_seq"]) == (
+        "insert_execution",
+        "store-a",
+        1,
+    )
+    assert "announce" not in updated  # a kept status announces nothing
