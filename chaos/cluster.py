@@ -115,11 +115,13 @@ class Proxy:
             _abort(writer)
 
     async def _finish(self) -> None:
-        """Ends every relay still running (a blackholed one waits for ever)."""
-        relays = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in relays:
-            task.cancel()
-        await asyncio.gather(*relays, return_exceptions=True)
+        """Ends every relay still running (a blackholed one waits for ever), and again those
+        started meanwhile: a connection the closing server had accepted starts its relay only
+        at a later turn of the loop, and a relay never run would leave its socket open."""
+        while relays := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            for task in relays:
+                task.cancel()
+            await asyncio.gather(*relays, return_exceptions=True)
         # An aborted transport closes its socket in a callback of the next loop iteration.
         await asyncio.sleep(0)
 
