@@ -12,11 +12,11 @@ import pytest
 from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.records import Event, Execution
 from rebuno.kernel.policy import load_bundle
+from rebuno.kernel.policy.loader import policy_hash
 from rebuno.kernel.policy.suite import (
     CaseInvalid,
     PolicyCase,
     load_case_file,
-    policy_hash,
     read_case,
     replay_cases,
     run_cases,

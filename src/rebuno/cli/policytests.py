@@ -17,10 +17,10 @@ import orjson
 
 from rebuno.cli.render import Output
 from rebuno.kernel.policy import Bundle
+from rebuno.kernel.policy.loader import policy_hash
 from rebuno.kernel.policy.suite import (
     CaseInvalid,
     load_case_file,
-    policy_hash,
     report_fields,
     run_cases,
 )

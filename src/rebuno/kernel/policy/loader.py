@@ -15,6 +15,7 @@ helpers for placing a problem in a YAML text (`yaml_place`, `yaml_error_place`,
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 import threading
 from collections import OrderedDict
@@ -187,6 +188,11 @@ def closest_key(key: str, known: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def policy_hash(text: str) -> str:
+    """§35.6: lowercase hex SHA-256 of the bundle text's exact UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class BundleCache:
     """Compiled bundles keyed by their text, least recently used evicted first.
 
@@ -198,7 +204,7 @@ class BundleCache:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self._max_entries = max_entries
-        self._entries: OrderedDict[str, Bundle | ValidationFailed] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[Bundle | ValidationFailed, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -206,22 +212,30 @@ class BundleCache:
 
     def get(self, text: str) -> Bundle:
         """The compiled bundle for `text`; raises `ValidationFailed` if it does not compile."""
-        entry = self._lookup(text)
-        if entry is None:
-            entry = _compile(text)
-            self._remember(text, entry)
+        entry = self._entry(text)[0]
         if isinstance(entry, ValidationFailed):
             raise ValidationFailed(entry.message, entry.details)
         return entry
 
-    def _lookup(self, text: str) -> Bundle | ValidationFailed | None:
+    def hash_of(self, text: str) -> str:
+        """`policy_hash(text)`, computed once per cached bundle rather than per step."""
+        return self._entry(text)[1]
+
+    def _entry(self, text: str) -> tuple[Bundle | ValidationFailed, str]:
+        entry = self._lookup(text)
+        if entry is None:
+            entry = (_compile(text), policy_hash(text))
+            self._remember(text, entry)
+        return entry
+
+    def _lookup(self, text: str) -> tuple[Bundle | ValidationFailed, str] | None:
         with self._lock:
             entry = self._entries.get(text)
             if entry is not None:
                 self._entries.move_to_end(text)
             return entry
 
-    def _remember(self, text: str, entry: Bundle | ValidationFailed) -> None:
+    def _remember(self, text: str, entry: tuple[Bundle | ValidationFailed, str]) -> None:
         with self._lock:
             self._entries[text] = entry
             self._entries.move_to_end(text)

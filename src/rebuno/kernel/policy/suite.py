@@ -13,7 +13,6 @@ Must not import the store, the services or the API (yaml only through the loader
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -24,7 +23,12 @@ from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.domain.records import Event, Execution, RawJson, Step
 from rebuno.kernel.policy.engine import Bundle, PolicyResult
-from rebuno.kernel.policy.loader import BundleInvalid, closest_key, line_and_column, parse_yaml
+from rebuno.kernel.policy.loader import (
+    BundleInvalid,
+    closest_key,
+    line_and_column,
+    parse_yaml,
+)
 from rebuno.protocol.canonical import JsonNumber, dumps
 from rebuno.protocol.enums import PolicyAction, StepKind
 from rebuno.protocol.events import EventType
@@ -43,11 +47,6 @@ _EXPECTED: Final = {
 DECISION_EVENTS: Final = tuple(_EXPECTED)
 """The event types that record a step's decision, the first of which a replay expects."""
 _LABEL_ARGS: Final = 200
-
-
-def policy_hash(text: str) -> str:
-    """§35.6: lowercase hex SHA-256 of the bundle text's exact UTF-8 bytes."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class CaseInvalid(ValidationFailed):

@@ -15,10 +15,10 @@ from datetime import datetime
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.policy.engine import Bundle
+from rebuno.kernel.policy.loader import policy_hash
 from rebuno.kernel.policy.suite import (
     PolicyCase,
     PolicyReport,
-    policy_hash,
     read_cases,
     replay_cases,
     run_cases,

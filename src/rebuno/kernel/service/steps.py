@@ -38,7 +38,6 @@ from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step, replac
 from rebuno.kernel.domain.resource import NO_CAPTURES, Captures
 from rebuno.kernel.domain.usage import extract_usage
 from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
-from rebuno.kernel.policy.suite import policy_hash
 from rebuno.kernel.service.base import ServiceBase, flush, log, new_id
 from rebuno.kernel.service.plan import (
     NO_FACTS,
@@ -223,7 +222,7 @@ class StepUseCases(ServiceBase):
         A bundle's verdict names the bundle by its hash (§35.6)."""
         if not policy_bundle:
             return PERMISSIVE
-        hashed = policy_hash(policy_bundle)
+        hashed = self.bundles.hash_of(policy_bundle)
         try:
             bundle = self.bundles.get(policy_bundle)
         except ValidationFailed:
