@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from rebuno.kernel.domain.decision import StepRequest
+from rebuno.kernel.domain.identity import policy_hash
 from rebuno.kernel.domain.principal import BOOTSTRAP
 from rebuno.kernel.domain.records import Execution, Lease
-from rebuno.kernel.policy.loader import policy_hash
 from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.canonical import args_hash, canonical_args

@@ -13,7 +13,7 @@ import pytest
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
 from rebuno.kernel.service.kernel import Kernel
-from rebuno.kernel.service.shortcuts import FIRST_RUN_INPUT_LIMIT
+from rebuno.kernel.service.shortcuts import RUN_INPUT_LIMIT
 from rebuno.kernel.store.base import ClaimedDispatch
 from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
 from tests.counting import Counting
@@ -220,7 +220,7 @@ async def test_a_remembered_record_the_execution_moved_past_takes_the_ordinary_w
 async def test_a_first_run_with_a_long_input_is_not_held_and_ends_the_ordinary_way(
     kernel: Kernel, counts: Counting
 ) -> None:
-    long_input = '{"text":"' + "x" * FIRST_RUN_INPUT_LIMIT + '"}'
+    long_input = '{"text":"' + "x" * RUN_INPUT_LIMIT + '"}'
     execution = await kernel.create_execution(AGENT, long_input, None)
     [claim] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
     await kernel.deliver(claim, Answering())

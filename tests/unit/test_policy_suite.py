@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from rebuno.kernel.domain import step as steps
+from rebuno.kernel.domain.identity import policy_hash
 from rebuno.kernel.domain.records import Event, Execution
 from rebuno.kernel.policy import load_bundle
-from rebuno.kernel.policy.loader import policy_hash
 from rebuno.kernel.policy.suite import (
     CaseInvalid,
     PolicyCase,

@@ -16,8 +16,8 @@ import click
 import orjson
 
 from rebuno.cli.render import Output
+from rebuno.kernel.domain.identity import policy_hash
 from rebuno.kernel.policy import Bundle
-from rebuno.kernel.policy.loader import policy_hash
 from rebuno.kernel.policy.suite import (
     CaseInvalid,
     load_case_file,

@@ -1,4 +1,4 @@
-"""Deterministic step ids (docs/protocol.md §7.1).
+"""Deterministic step ids (docs/protocol.md §7.1) and policy bundle hashes (§35.6).
 
 `step_id` hashes the length-prefixed fields `execution_id`, `kind`, `target`, `args_hash` and
 `occurrence`, so the same effect at the same position of a delivery attempt always gets the same
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["step_id"]
+__all__ = ["policy_hash", "step_id"]
 
 
 def step_id(execution_id: str, kind: str, target: str, args_hash: str, occurrence: int) -> str:
@@ -33,3 +33,8 @@ def step_id(execution_id: str, kind: str, target: str, args_hash: str, occurrenc
 def _length_prefixed(field: str) -> bytes:
     data = field.encode("utf-8")
     return str(len(data)).encode("ascii") + b":" + data
+
+
+def policy_hash(text: str) -> str:
+    """§35.6: lowercase hex SHA-256 of the bundle text's exact UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

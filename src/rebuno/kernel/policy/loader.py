@@ -15,7 +15,6 @@ helpers for placing a problem in a YAML text (`yaml_place`, `yaml_error_place`,
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 import threading
 from collections import OrderedDict
@@ -30,6 +29,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.domain.identity import policy_hash
 from rebuno.kernel.policy.engine import (
     ApprovalConfig,
     ArgumentPredicate,
@@ -186,11 +186,6 @@ def closest_key(key: str, known: Iterable[str]) -> str | None:
     """The known key `key` was most likely meant to be, if one is close enough."""
     matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
     return matches[0] if matches else None
-
-
-def policy_hash(text: str) -> str:
-    """§35.6: lowercase hex SHA-256 of the bundle text's exact UTF-8 bytes."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class BundleCache:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rebuno.kernel.domain.errors import ValidationFailed
+from rebuno.kernel.domain.identity import policy_hash
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.policy.engine import Bundle
-from rebuno.kernel.policy.loader import policy_hash
 from rebuno.kernel.policy.suite import (
     PolicyCase,
     PolicyReport,

@@ -16,29 +16,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterator, Sequence
 from typing import TypeVar
 
-from rebuno.kernel.domain.records import Execution, Lease
+from rebuno.kernel.domain.records import Execution, Lease, Step
+from rebuno.protocol.enums import StepStatus
 
 LIVE_REMEMBERED = 65_536
-FIRST_RUNS_REMEMBERED = 16_384
+RUNS_REMEMBERED = 16_384
 PAST_HISTORY_REMEMBERED = 16_384
-FIRST_RUN_INPUT_LIMIT = 4096
-"""A first run whose input is longer (in characters) is not remembered: a record is held
-until its run ends, and inputs may be megabytes; its end takes the ordinary way."""
+RUN_INPUT_LIMIT = 4096
+"""A run whose input is longer (in characters) is not remembered: a record is held until its
+run ends, and inputs may be megabytes; its steps and its end take the ordinary way."""
+RUN_STEPS_REMEMBERED = 1024
+"""A run is forgotten once it has recorded more steps, or a step whose arguments are longer
+than `RUN_INPUT_LIMIT` characters."""
 ACK_WAIT_SECONDS = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class FirstRun:
-    """An execution's first delivery, acknowledged here: no step was recorded before it (a
-    `pending` execution has none) and its dispatch had no occurrence counter (the claim
-    cleared them). `execution` is the record the acknowledgement wrote."""
+class Run:
+    """A delivery attempt followed here since its first delivery was acknowledged, and what
+    its execution holds as this process last committed it: the record, the id of every step
+    recorded (none before a first run), the steps still executing, and the policy bundle the
+    last submission read (meaningful once `bundle_read`). Nothing here is trusted: a write
+    built on it applies only while the execution is still at `execution.last_event_seq`,
+    the lease is live and the bundle unchanged (`store.base.Unchanged`)."""
 
-    lease: Lease
-    execution: Execution
+    __slots__ = ("bundle", "bundle_read", "executing", "execution", "lease", "recorded")
+
+    def __init__(self, lease: Lease, execution: Execution) -> None:
+        self.lease = lease
+        self.execution = execution
+        self.recorded: set[str] = set()
+        self.executing: dict[str, Step] = {}
+        self.bundle: str | None = None
+        self.bundle_read = False
 
 
 K = TypeVar("K", bound=Hashable)
@@ -56,7 +68,7 @@ class Shortcuts:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._live: OrderedDict[str, None] = OrderedDict()
-        self._first_runs: OrderedDict[str, FirstRun] = OrderedDict()
+        self._runs: OrderedDict[str, Run] = OrderedDict()
         self._past_history: OrderedDict[Lease, None] = OrderedDict()
         self._acknowledging: dict[str, asyncio.Event] = {}
 
@@ -71,17 +83,64 @@ class Shortcuts:
         long poll may wait before reading it."""
         return execution_id in self._live
 
-    # -- first runs: an end tried optimistically on the acknowledgement's record -------------
+    # -- runs: a submission or an end tried optimistically on what this process wrote -------
     def acknowledged_first(self, lease: Lease, execution: Execution) -> None:
         """Remembers the record a first delivery's acknowledgement wrote under `lease`."""
-        if self.enabled and len(execution.input) <= FIRST_RUN_INPUT_LIMIT:
-            self._first_runs[execution.id] = FirstRun(lease, execution)
-            _remember(self._first_runs, FIRST_RUNS_REMEMBERED)
+        if self.enabled and len(execution.input) <= RUN_INPUT_LIMIT:
+            self._runs[execution.id] = Run(lease, execution)
+            _remember(self._runs, RUNS_REMEMBERED)
+
+    def run(self, execution_id: str, lease: Lease) -> Run | None:
+        """What this process knows of the execution's run under `lease`, if it followed it."""
+        run = self._runs.get(execution_id)
+        return run if run is not None and run.lease == lease else None
+
+    def advanced(
+        self,
+        lease: Lease,
+        before: int,
+        after: Execution,
+        bundle: str | None,
+        finished: Sequence[str],
+        written: Sequence[Step],
+    ) -> None:
+        """A step submission under `lease` committed here, moving the execution from
+        `last_event_seq` `before` to the record `after`, on the policy bundle it read: the
+        steps `finished` are terminal now and the steps `written` are as written. Kept only
+        while nothing else wrote in between (the run was at `before`)."""
+        run = self.run(after.id, lease)
+        if run is None:
+            return
+        if run.execution.last_event_seq != before:
+            self.forget(after.id)
+            return
+        run.execution = after
+        run.bundle, run.bundle_read = bundle, True
+        for step_id in finished:
+            run.executing.pop(step_id, None)
+        for step in written:
+            if len(step.args or "") > RUN_INPUT_LIMIT:
+                self.forget(after.id)
+                return
+            run.recorded.add(step.step_id)
+            if step.status is StepStatus.EXECUTING:
+                run.executing[step.step_id] = step
+            else:
+                run.executing.pop(step.step_id, None)
+        if len(run.recorded) > RUN_STEPS_REMEMBERED:
+            self.forget(after.id)
+
+    def forget(self, execution_id: str) -> None:
+        """Something this process did not write changed the run, or may have."""
+        self._runs.pop(execution_id, None)
 
     def take_first_run(self, execution_id: str, lease: Lease) -> Execution | None:
-        """The acknowledgement's record of this execution's first run under `lease`, once."""
-        first = self._first_runs.pop(execution_id, None)
-        return first.execution if first is not None and first.lease == lease else None
+        """The acknowledgement's record of this execution's first run under `lease`, once, as
+        long as no step has been recorded since."""
+        run = self._runs.pop(execution_id, None)
+        if run is None or run.lease != lease or run.recorded:
+            return None
+        return run.execution
 
     # -- replays: a delivery attempt with nothing left to replay skips the unlocked read -----
     def past_history(self, lease: Lease) -> None:
@@ -122,4 +181,4 @@ class Shortcuts:
 
     def ended(self, execution_id: str) -> None:
         self._live.pop(execution_id, None)
-        self._first_runs.pop(execution_id, None)
+        self._runs.pop(execution_id, None)

@@ -32,6 +32,7 @@ from rebuno.kernel.domain.errors import (
 )
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, mark_started
+from rebuno.kernel.domain.identity import policy_hash
 from rebuno.kernel.domain.identity import step_id as compute_step_id
 from rebuno.kernel.domain.ratelimit import park_wait
 from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step, replace
@@ -56,24 +57,31 @@ from rebuno.kernel.service.plan import (
     new_step,
 )
 from rebuno.kernel.service.resources import apply_touch, settle
+from rebuno.kernel.service.shortcuts import Run
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
     Outcomes,
+    Stale,
     StepIdFn,
     StepKey,
     Submission,
     Transaction,
+    Unchanged,
     Wanted,
 )
 from rebuno.kernel.stream.bus import Delta
 from rebuno.protocol.enums import (
     Decision,
+    ExecutionStatus,
     Idempotency,
+    PolicyAction,
     StepKind,
     StepStatus,
 )
 from rebuno.protocol.events import EventType
 
+EMPTY_POLICY_HASH = policy_hash("")
+"""What `Unchanged.policy_hash` holds for an execution without a policy bundle."""
 # Recorded outcomes a submission replays; no later write changes them.
 _SHORTEST_OWN_LEASE = timedelta(seconds=10)
 
@@ -93,17 +101,11 @@ class StepUseCases(ServiceBase):
         as §7.3 does. A replay may first be answered from an unlocked read (`shortcuts`)."""
         key = _key(request)
         step_id_for = _StepIds(execution_id, request)
-        if (
-            occurrence is not None
-            and not outcomes
-            and not request.resources
-            and self.shortcuts.may_replay_unlocked(lease)
-        ):
+        if occurrence is not None and not request.resources:
             slot = Slot(occurrence, step_id_for(occurrence), None, kernel_counted=False)
-            replayed = await self._replay_unlocked(execution_id, agent_id, lease, request, slot)
-            if replayed is not None:
-                metrics.step_decided(request.kind, replayed.decision, recorded=True)
-                return replayed
+            decided = await self._shortcut(execution_id, agent_id, lease, request, outcomes, slot)
+            if decided is not None:
+                return decided
         async with self.transaction(execution_id) as tx:
             now = self.clock()
             carried = [o.step_id for o in outcomes if isinstance(o, StepOutcome)]
@@ -142,12 +144,127 @@ class StepUseCases(ServiceBase):
             await flush(tx, plan.execution, batch)
         if woke:
             self.wake()
+        # Looked up after the commit: the acknowledgement may have been remembered meanwhile.
+        if (run := self.shortcuts.run(execution_id, lease)) is not None:
+            if any(isinstance(o, StepRecord) for o in outcomes):
+                self.shortcuts.forget(execution_id)  # reported steps: not followed
+            else:
+                self._advanced(run, sub.execution, plan, batch, sub.policy_bundle, outcomes)
         metrics.step_decided(request.kind, plan.decision.decision, slot.recorded is not None)
         if submitted.verdict is not None:
             metrics.new_step_decided(plan.decision)
         if policy_free:
             return replace(plan.decision, policy_free=True)
         return plan.decision
+
+    async def _shortcut(
+        self,
+        execution_id: str,
+        agent_id: str,
+        lease: Lease,
+        request: StepRequest,
+        outcomes: Sequence[Carried],
+        slot: Slot,
+    ) -> StepDecision | None:
+        """A submission at the agent's own occurrence may first be decided without the lock:
+        a replay from one unlocked read, or a new step on what this process knows of the run.
+        None for the locked way."""
+        if not outcomes and self.shortcuts.may_replay_unlocked(lease):
+            replayed = await self._replay_unlocked(execution_id, agent_id, lease, request, slot)
+            if replayed is not None:
+                metrics.step_decided(request.kind, replayed.decision, recorded=True)
+                return replayed
+        run = self.shortcuts.run(execution_id, lease)
+        if run is None:
+            return None
+        return await self._submit_on_run(run, agent_id, request, outcomes, slot)
+
+    async def _submit_on_run(
+        self,
+        run: Run,
+        agent_id: str,
+        request: StepRequest,
+        outcomes: Sequence[Carried],
+        slot: Slot,
+    ) -> StepDecision | None:
+        """The same decision on what this process knows of the run (`shortcuts.Run`), in one
+        optimistic statement that applies only while that knowledge holds: a new step at the
+        agent's own occurrence, allowed by policy with nothing more to read, carrying only
+        completions. None otherwise, or when the execution moved, for the locked way."""
+        execution, lease = run.execution, run.lease
+        if (
+            not run.bundle_read
+            or slot.step_id in run.recorded
+            or execution.agent_id != agent_id
+            or execution.status is not ExecutionStatus.RUNNING
+            or execution.has_resources
+            or request.idempotency is Idempotency.AT_MOST_ONCE
+            or any(isinstance(o, StepRecord) for o in outcomes)
+        ):
+            return None
+        verdict = self._evaluate_policy(execution, run.bundle, request)
+        if (
+            verdict.action is not PolicyAction.ALLOW
+            or has_rate_limit(verdict)
+            or has_budget(verdict)
+        ):
+            return None
+        now = self.clock()
+        hashed = verdict.policy_hash or EMPTY_POLICY_HASH  # set when a bundle gave it
+        unchanged = Unchanged(execution.last_event_seq, lease, now, policy_hash=hashed)
+        batch = EventBatch(execution, now)
+        executing = [
+            run.executing[o.step_id]
+            for o in outcomes
+            if isinstance(o, StepOutcome) and o.step_id in run.executing
+        ]
+        submitted = Submitted(
+            execution, agent_id, request, slot, LeaseView(lease, True), verdict=verdict
+        )
+        try:
+            async with self.transaction(execution.id, unchanged) as tx:
+                await apply_outcomes(
+                    tx,
+                    execution.id,
+                    lease.dispatch_id,
+                    outcomes,
+                    batch,
+                    executing,
+                    Outcomes(consumed={}, steps=[]),
+                    execution=mark_started(execution, batch),
+                )
+                plan = decide(submitted, batch, self.rules)
+                await self._apply(tx, plan, batch, lease, _key(request), slot)
+                await flush(tx, plan.execution, batch)
+        except Stale:
+            self.shortcuts.forget(execution.id)
+            return None
+        self._advanced(run, execution, plan, batch, run.bundle, outcomes)
+        metrics.step_decided(request.kind, plan.decision.decision, recorded=False)
+        metrics.new_step_decided(plan.decision)
+        if not run.bundle:
+            return replace(plan.decision, policy_free=True)
+        return plan.decision
+
+    def _advanced(
+        self,
+        run: Run,
+        before: Execution,
+        plan: Plan,
+        batch: EventBatch,
+        bundle: str | None,
+        outcomes: Sequence[Carried],
+    ) -> None:
+        """Tells the run what a submission on the record `before` committed."""
+        written = [s for s in (plan.insert_step, plan.update_step) if s is not None]
+        self.shortcuts.advanced(
+            run.lease,
+            before.last_event_seq,
+            replace(plan.execution, last_event_seq=batch.last_seq),
+            bundle,
+            [o.step_id for o in outcomes if isinstance(o, StepOutcome)],
+            written,
+        )
 
     @cached_property
     def rules(self) -> Rules:

@@ -214,11 +214,14 @@ class Unchanged:
     writes were built from a record of the execution read earlier, so they apply only while
     the execution is still at that record's `last_event_seq`. With a lease, also only while
     it owns the live dispatch (renewed then, `locked_at = now`) and its dispatch has used no
-    occurrence counter yet."""
+    occurrence counter yet. With `policy_hash`, also only while the execution's policy bundle
+    (its own, else its agent's) still has that hash (§35.6; the hash of the empty text when
+    it has none): policy changes without moving the execution."""
 
     last_event_seq: int
     lease: Lease | None = None
     now: datetime | None = None
+    policy_hash: str | None = None
 
 
 class Stale(Exception):

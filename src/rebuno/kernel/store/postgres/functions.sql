@@ -343,16 +343,22 @@ $$;
 
 -- An optimistic transaction in one statement: under the execution's lock, `rebuno_apply` only
 -- while the execution is still at the `last_event_seq` its writes were built from; with a
--- dispatch, also only while the dispatch has used no occurrence counter and that lease owns
--- it (renewed then). Returns whether it applied; when it did not, nothing was written and the
--- caller does the use case the ordinary way.
+-- policy hash, only while its bundle (its own, else its agent's; the empty text when it has
+-- none) still hashes to it (§35.6), as a policy change moves no execution; with a dispatch,
+-- also only while the dispatch has used no occurrence counter and that lease owns it (renewed
+-- then). Returns whether it applied; when it did not, nothing was written and the caller does
+-- the use case the ordinary way.
 CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
     p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, ops jsonb
+    p_now timestamptz, p_policy_hash text, ops jsonb
 ) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(p_lock);
-    PERFORM 1 FROM executions WHERE id = p_execution AND last_event_seq = p_seq;
+    PERFORM 1 FROM executions e
+    WHERE e.id = p_execution AND e.last_event_seq = p_seq
+        AND (p_policy_hash IS NULL OR encode(sha256(convert_to(COALESCE(e.policy_bundle,
+            (SELECT a.policy_bundle FROM agents a WHERE a.id = e.agent_id), ''), 'UTF8')),
+            'hex') = p_policy_hash);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -365,6 +371,16 @@ BEGIN
     PERFORM rebuno_apply(ops);
     RETURN true;
 END
+$$;
+
+-- The form without a policy hash, as kernels sent it before the hash: during a rolling deploy
+-- the replicas not yet upgraded keep writing. It can go once no such kernel can be running.
+CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
+    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
+    p_now timestamptz, ops jsonb
+) RETURNS boolean LANGUAGE sql AS $$
+    SELECT rebuno_apply_unchanged(p_lock, p_execution, p_seq, p_dispatch, p_attempt, p_now,
+        NULL, ops)
 $$;
 
 -- == Reads under the lock ====================================================================

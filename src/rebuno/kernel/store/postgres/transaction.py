@@ -246,6 +246,7 @@ class PostgresTransaction:
             None if lease is None else lease.dispatch_id,
             None if lease is None else lease.attempt,
             unchanged.now,
+            unchanged.policy_hash,
             self._writes.take(),
         )
         with translated(self._server):

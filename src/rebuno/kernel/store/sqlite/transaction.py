@@ -405,12 +405,19 @@ def load_completion(
     )
 
 
+_UNCHANGED = """
+    SELECT e.last_event_seq, COALESCE(e.policy_bundle, a.policy_bundle)
+    FROM executions e LEFT JOIN agents a ON a.id = e.agent_id WHERE e.id = ?
+"""
+
+
 def still_unchanged(conn: sqlite3.Connection, execution_id: str, unchanged: Unchanged) -> bool:
     """Whether an optimistic transaction's condition holds (renewing the lease if it does)."""
-    row = conn.execute(
-        "SELECT last_event_seq FROM executions WHERE id = ?", (execution_id,)
-    ).fetchone()
+    row = conn.execute(_UNCHANGED, (execution_id,)).fetchone()
     if row is None or row[0] != unchanged.last_event_seq:
+        return False
+    hashed = unchanged.policy_hash
+    if hashed is not None and identity.policy_hash(row[1] or "") != hashed:
         return False
     lease, now = unchanged.lease, unchanged.now
     if lease is None or now is None:
