@@ -22,9 +22,9 @@ import psycopg
 import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Lease, Step
+from rebuno.kernel.domain.records import Execution, Lease, Step
 from rebuno.kernel.store.base import Stale, Unchanged, Wanted
-from rebuno.kernel.store.postgres import PostgresStore, writes
+from rebuno.kernel.store.postgres import PostgresStore, group, writes
 from rebuno.kernel.store.postgres.migrations import available
 from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus, StepStatus
@@ -348,6 +348,86 @@ async def test_optimistic_writes_from_two_replicas_on_one_record_apply_once(
 
     assert applied.count(True) == 1
     assert [e.event_seq for e in await replicas[1].list_events(created.id, 0, 100)] == [1]
+
+
+async def _append_on(store: PostgresStore, seen: Execution, seq: int | None = None) -> bool:
+    """One optimistic transaction appending an event at `seq` (the next one by default);
+    whether it applied."""
+    at = seen.last_event_seq + 1 if seq is None else seq
+    try:
+        async with store.transaction(seen.id, Unchanged(seen.last_event_seq)) as tx:
+            await tx.append_events([event(seen.id, at, type="step.proposed")])
+            await tx.update_execution(replace(seen, last_event_seq=at))
+    except Stale:
+        return False
+    return True
+
+
+async def test_optimistic_transactions_ready_at_once_all_commit(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """More than the lanes at once: the rest wait and go as one group commit."""
+    store = replicas[0]
+    seeded = [await seed_execution(store) for _ in range(3 * group.LANES + 5)]
+
+    applied = await asyncio.gather(*(_append_on(store, seen) for seen in seeded))
+
+    assert applied == [True] * len(seeded)
+    for seen in seeded:
+        assert [e.event_seq for e in await store.list_events(seen.id, 0, 10)] == [1]
+        assert (await store.get_execution(seen.id)).last_event_seq == 1
+
+
+async def test_a_group_member_that_fails_fails_alone(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """A member whose writes break a key sinks its group's statement; each member then goes
+    alone, so only that one raises and the others commit."""
+    store = replicas[0]
+    seeded = [await seed_execution(store) for _ in range(group.LANES + 4)]
+    broken = seeded[-1]
+    await _append_on(store, broken)  # event 1 exists: a second event 1 breaks the key
+    broken = await store.get_execution(broken.id)
+
+    outcomes = await asyncio.gather(
+        *(_append_on(store, seen) for seen in seeded[:-1]),
+        _append_on(store, broken, seq=1),
+        return_exceptions=True,
+    )
+
+    assert outcomes[:-1] == [True] * (len(seeded) - 1)
+    assert isinstance(outcomes[-1], Exception) and not isinstance(outcomes[-1], Stale)
+    assert [e.event_seq for e in await store.list_events(broken.id, 0, 10)] == [1]
+
+
+async def test_a_group_member_whose_execution_is_locked_does_not_wait(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """A grouped member only tries its lock: held elsewhere, it answers stale at once (its
+    use case goes the ordinary way) and the group commits without waiting."""
+    store, other = replicas
+    seeded = [await seed_execution(store) for _ in range(group.LANES + 3)]
+    locked = seeded[-1]
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with other.transaction(locked.id) as tx:
+            await tx.get_execution(locked.id)
+            holding.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await holding.wait()
+    try:
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*(_append_on(store, seen) for seen in seeded)), 30
+        )
+    finally:
+        release.set()
+        await holder
+
+    assert outcomes == [True] * (len(seeded) - 1) + [False]
+    assert await store.list_events(locked.id, 0, 10) == []
 
 
 async def test_a_transaction_that_only_writes_still_waits_for_the_lock(

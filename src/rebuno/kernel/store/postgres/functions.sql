@@ -354,6 +354,17 @@ CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
 ) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(p_lock);
+    RETURN rebuno_apply_if_unchanged(p_execution, p_seq, p_dispatch, p_attempt, p_now,
+        p_policy_hash, ops);
+END
+$$;
+
+-- The condition and the writes of `rebuno_apply_unchanged`, under the lock the caller holds.
+CREATE OR REPLACE FUNCTION rebuno_apply_if_unchanged(
+    p_execution text, p_seq bigint, p_dispatch text, p_attempt integer, p_now timestamptz,
+    p_policy_hash text, ops jsonb
+) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
     PERFORM 1 FROM executions e
     WHERE e.id = p_execution AND e.last_event_seq = p_seq
         AND (p_policy_hash IS NULL OR encode(sha256(convert_to(COALESCE(e.policy_bundle,
@@ -370,6 +381,30 @@ BEGIN
     END IF;
     PERFORM rebuno_apply(ops);
     RETURN true;
+END
+$$;
+
+-- A group commit (`store/postgres/group.py`): several optimistic transactions in one, each an
+-- object of `rebuno_apply_unchanged`'s arguments by name (`lock`, `execution_id`, `seq`,
+-- `dispatch_id`, `attempt`, `now`, `policy_hash`, `ops`). Each lock is only tried, so a group
+-- never waits for one: a member whose execution is locked did not apply. Returns, in order,
+-- whether each applied.
+CREATE OR REPLACE FUNCTION rebuno_apply_unchanged_all(items jsonb) RETURNS boolean[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    item jsonb;
+    applied boolean[] := '{}';
+BEGIN
+    FOR item IN SELECT jsonb_array_elements(items) LOOP
+        IF pg_try_advisory_xact_lock((item->>'lock')::bigint) THEN
+            applied := applied || rebuno_apply_if_unchanged(item->>'execution_id',
+                (item->>'seq')::bigint, item->>'dispatch_id', (item->>'attempt')::integer,
+                (item->>'now')::timestamptz, item->>'policy_hash', item->'ops');
+        ELSE
+            applied := applied || false;
+        END IF;
+    END LOOP;
+    RETURN applied;
 END
 $$;
 

@@ -62,6 +62,7 @@ from rebuno.kernel.store.postgres import (
     submissions,
 )
 from rebuno.kernel.store.postgres.connection import Connection, lock_key, translated
+from rebuno.kernel.store.postgres.group import GroupCommit
 from rebuno.kernel.store.postgres.listener import DispatchListener
 from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
 from rebuno.kernel.store.postgres.transaction import (
@@ -113,6 +114,8 @@ class PostgresStore:
         self._pool_check: asyncio.Task[None] | None = None
         self._tag = secrets.token_hex(8)
         """Names this store in its notifications, so its own listener can skip them."""
+        self._group = GroupCommit(self._connection, self._server)
+        """Sends the optimistic transactions, together when several are ready at once."""
 
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
@@ -151,6 +154,7 @@ class PostgresStore:
             raise self._server.unavailable(exc) from exc
 
     async def close(self) -> None:
+        await self._group.close()
         pool, self._pool = self._pool, None
         if self._pool_check is not None:
             self._pool_check.cancel()
@@ -200,13 +204,16 @@ class PostgresStore:
     async def transaction(
         self, execution_id: str | None = None, unchanged: Unchanged | None = None
     ) -> AsyncIterator[PostgresTransaction]:
-        async with self._connection() as conn:
-            if unchanged is not None and execution_id is not None:
-                transaction = optimistic(conn, self._server, execution_id, unchanged, self._tag)
-            else:
-                transaction = batched(conn, self._server, execution_id, self._tag)
-            async with transaction as tx:
+        if unchanged is not None and execution_id is not None:
+            group = self._group
+            async with optimistic(group, self._server, execution_id, unchanged, self._tag) as tx:
                 yield tx
+            return
+        async with (
+            self._connection() as conn,
+            batched(conn, self._server, execution_id, self._tag) as tx,
+        ):
+            yield tx
 
     @contextlib.asynccontextmanager
     async def leader(self, key: str) -> AsyncIterator[bool]:

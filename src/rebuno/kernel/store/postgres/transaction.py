@@ -76,6 +76,7 @@ from rebuno.kernel.store.postgres.connection import (
     lock_key,
     translated,
 )
+from rebuno.kernel.store.postgres.group import GroupCommit, Member
 from rebuno.protocol.enums import ExecutionStatus, StepStatus
 
 T = TypeVar("T")
@@ -127,26 +128,27 @@ class PostgresTransaction:
     __slots__ = (
         "_agent",
         "_begun",
-        "_conn",
         "_lock",
         "_optimistic",
         "_queued",
         "_read",
         "_server",
+        "_session",
         "_tag",
         "_writes",
     )
 
     def __init__(
         self,
-        conn: Connection,
+        conn: Connection | None,
         server: Server,
         lock: int | None,
         tag: str,
         *,
         optimistic: bool = False,
     ) -> None:
-        self._conn = conn
+        self._session = conn
+        """The pooled connection; None for an optimistic transaction, which holds none."""
         self._optimistic = optimistic
         """Collects writes only; the lock is taken by `commit_unchanged`'s statement."""
         self._server = server
@@ -165,6 +167,12 @@ class PostgresTransaction:
         self._read: dict[str, ExecutionStatus] = {}
         """Each execution's status as this transaction last read or wrote it: an update that
         keeps it (a step) announces nothing (`update_execution`)."""
+
+    @property
+    def _conn(self) -> Connection:
+        if self._session is None:
+            raise RuntimeError("an optimistic transaction only writes")
+        return self._session
 
     def _seen(self, execution: Execution) -> Execution:
         self._read[execution.id] = execution.status
@@ -235,11 +243,10 @@ class PostgresTransaction:
             self._queued.append(((_COMMIT, None), None))
             await self.flush()  # the commit's round trip
 
-    async def commit_unchanged(self, execution_id: str, unchanged: Unchanged) -> None:
-        """Sends the writes as one statement that applies them only while `unchanged` holds;
-        raises `Stale` when it did not."""
+    def unchanged_member(self, execution_id: str, unchanged: Unchanged) -> Member:
+        """The writes as one statement that applies them only while `unchanged` holds."""
         lease = unchanged.lease
-        params = (
+        return Member(
             execution_lock_key(execution_id),
             execution_id,
             unchanged.last_event_seq,
@@ -249,11 +256,6 @@ class PostgresTransaction:
             unchanged.policy_hash,
             self._writes.take(),
         )
-        with translated(self._server):
-            cur = await self._conn.execute(writes.APPLY_UNCHANGED, params)
-            row = await cur.fetchone()
-        if not (row and row[0]):
-            raise Stale(f"execution {execution_id} changed since it was read")
 
     async def roll_back(self) -> None:
         """Forgets the collected writes and ends the transaction, if it began. Never raises:
@@ -514,13 +516,15 @@ class _Session:
 
 @contextlib.asynccontextmanager
 async def optimistic(
-    conn: Connection, server: Server, execution_id: str, unchanged: Unchanged, tag: str
+    group: GroupCommit, server: Server, execution_id: str, unchanged: Unchanged, tag: str
 ) -> AsyncIterator[PostgresTransaction]:
     """An optimistic transaction (`Store.transaction(unchanged=...)`): the block only
-    collects writes, and leaving it sends them as one statement."""
-    tx = PostgresTransaction(conn, server, None, tag, optimistic=True)
+    collects writes, and leaving it sends them as one statement, through the group commit;
+    raises `Stale` when its condition did not hold. No connection is held meanwhile."""
+    tx = PostgresTransaction(None, server, None, tag, optimistic=True)
     yield tx
-    await tx.commit_unchanged(execution_id, unchanged)
+    if not await group.apply(tx.unchanged_member(execution_id, unchanged)):
+        raise Stale(f"execution {execution_id} changed since it was read")
 
 
 @contextlib.asynccontextmanager
