@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import click
 
-from rebuno.cli.launch import launch
-
 
 @click.command("dev")
 @click.option("--config", "config_file", metavar="FILE", help="Provisioning manifest to load.")
@@ -18,4 +16,6 @@ from rebuno.cli.launch import launch
 @click.option("--log-format", metavar="FORMAT", help="text or json.")
 def dev(**flags: object) -> None:
     """Run a development kernel: embedded SQLite, no bearer auth, HMAC still enforced."""
+    from rebuno.cli.launch import launch  # the kernel: only for the commands that run it
+
     launch(dev=True, flags=flags)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import click
 
-from rebuno.cli.launch import launch
-
 
 @click.command("server")
 @click.option("--db-url", metavar="URL", help="postgresql://… or sqlite:///PATH (required).")
@@ -25,4 +23,6 @@ from rebuno.cli.launch import launch
 @click.option("--workers", metavar="N", help="Kernel processes on this port (PostgreSQL only).")
 def server(**flags: object) -> None:
     """Run a production kernel replica."""
+    from rebuno.cli.launch import launch  # the kernel: only for the commands that run it
+
     launch(dev=False, flags=flags)
