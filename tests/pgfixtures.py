@@ -2,9 +2,12 @@
 
 The server is `REBUNO_TEST_DATABASE_URL`, or `postgresql://postgres@127.0.0.1:5432/postgres`.
 Once per session (per pytest-xdist worker and process) a template database is created and migrated;
-each test then gets `CREATE DATABASE rebuno_t_<uuid> TEMPLATE <template>` (a file copy, far
-cheaper than migrating) and the database is dropped afterwards. When no server answers, the
-tests that need one are skipped with a message, or fail when `CI` is set.
+a test then gets `CREATE DATABASE rebuno_t_<uuid> TEMPLATE <template>` (a file copy, far
+cheaper than migrating). After the test its database is emptied and kept for the worker's
+next test when its schema is still the template's (every table truncated but the migrations'
+record, its other sessions ended): that costs a fraction of a copy and a drop. A test that
+changed the schema, or a database that cannot be emptied, is dropped instead. When no server
+answers, the tests that need one are skipped with a message, or fail when `CI` is set.
 
 Loaded by `tests/conftest.py` through `pytest_plugins`.
 """
@@ -15,6 +18,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import psycopg
@@ -42,7 +46,11 @@ def database_url(name: str) -> str:
 
 
 def _admin() -> psycopg.Connection[TupleRow]:
-    return psycopg.connect(server_url(), autocommit=True, connect_timeout=_CONNECT_TIMEOUT_SECONDS)
+    return _connect(server_url())
+
+
+def _connect(url: str) -> psycopg.Connection[TupleRow]:
+    return psycopg.connect(url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_SECONDS)
 
 
 def _unreachable(exc: Exception) -> None:
@@ -86,16 +94,101 @@ def postgres_template() -> Iterator[str]:
         _drop(admin, name)
 
 
-@pytest.fixture
-def postgres_url(postgres_template: str) -> Iterator[str]:
-    """The URL of a fresh, migrated database of its own, dropped after the test."""
-    name = f"rebuno_t_{uuid.uuid4().hex}"
+@dataclass
+class _Spares:
+    """This worker's emptied databases, and the schema they must still have to be reused."""
+
+    schema: str | None = None
+    names: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="session")
+def _spares(postgres_template: str) -> Iterator[_Spares]:
+    spares = _Spares()
+    yield spares
     with _admin() as admin:
-        _create_from(admin, name, postgres_template)
+        for name in spares.names:
+            _drop(admin, name)
+
+
+@pytest.fixture
+def postgres_url(postgres_template: str, _spares: _Spares) -> Iterator[str]:
+    """The URL of a migrated database of its own, with no rows but the migrations' record."""
+    with _admin() as admin:
+        if _spares.names:
+            name = _spares.names.pop()
+        else:
+            name = f"rebuno_t_{uuid.uuid4().hex}"
+            _create_from(admin, name, postgres_template)
+            if _spares.schema is None:
+                _spares.schema = _schema(database_url(name))
         try:
             yield database_url(name)
         finally:
-            _drop(admin, name)
+            if len(_spares.names) < _SPARES_KEPT and _emptied(admin, name, _spares.schema):
+                _spares.names.append(name)
+            else:
+                _drop(admin, name)
+
+
+def _schema(url: str) -> str:
+    """A digest of the database's tables, columns, indexes, functions and triggers."""
+    with _connect(url) as conn:
+        row = conn.execute(_SCHEMA).fetchone()
+    return str(row[0]) if row else ""
+
+
+def _emptied(admin: psycopg.Connection[TupleRow], name: str, schema: str | None) -> bool:
+    """Ends the database's other sessions and empties it, when its schema is the template's;
+    False when it is not, or when anything fails (the caller drops it)."""
+    try:
+        admin.execute(_TERMINATE, (name,))
+        url = database_url(name)
+        if schema is None or _schema(url) != schema:
+            return False
+        with psycopg.connect(
+            url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_SECONDS
+        ) as conn:
+            conn.execute("SET lock_timeout = '2s'")
+            tables = [r[0] for r in conn.execute(_TABLES).fetchall()]
+            if tables:
+                names = sql.SQL(", ").join(sql.Identifier(t) for t in tables)
+                conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(names))
+    except psycopg.Error:
+        return False
+    return True
+
+
+_SPARES_KEPT = 4
+_TERMINATE = """
+    SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+    WHERE datname = %s AND pid <> pg_backend_pid()
+"""
+_TABLES = """
+    SELECT tablename FROM pg_tables
+    WHERE schemaname = 'public' AND tablename <> 'schema_migrations'
+"""
+_SCHEMA = """
+    SELECT md5(string_agg(part, ',' ORDER BY part)) FROM (
+        SELECT 'r ' || c.relname || ' ' || c.relkind::text || ' ' || COALESCE((
+            SELECT string_agg(a.attname || ':' || a.atttypid::text, ';' ORDER BY a.attnum)
+            FROM pg_attribute a
+            WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '')
+        FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 'f ' || p.oid::regprocedure::text || ' ' || md5(p.prosrc)
+        FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 't ' || t.tgname || ' ' || t.tgrelid::regclass::text
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+        WHERE c.relnamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 'k ' || conname || ' ' || pg_get_constraintdef(oid)
+        FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 'm ' || version::text FROM schema_migrations
+    ) AS parts(part)
+"""
 
 
 def _create_from(conn: psycopg.Connection[TupleRow], name: str, template: str) -> None:

@@ -6,6 +6,7 @@ Processes are killed with SIGKILL to simulate crashes; every wait is bounded and
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -181,12 +182,18 @@ def official_sdk_python(version: str) -> Path:
     home = COMPAT_ROOT / f"rebuno-{version}"
     python = home / "bin" / "python"
     marker = home / ".installed"
-    if not marker.exists():
-        venv.create(home, with_pip=True, clear=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", f"rebuno=={version}"],
-            check=True,
-            timeout=600,
-        )
-        marker.touch()
+    if marker.exists():
+        return python
+    COMPAT_ROOT.mkdir(parents=True, exist_ok=True)
+    # Test workers run side by side: the first to get here builds it, the others wait.
+    with (COMPAT_ROOT / f"rebuno-{version}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            venv.create(home, with_pip=True, clear=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", f"rebuno=={version}"],
+                check=True,
+                timeout=600,
+            )
+            marker.touch()
     return python
