@@ -14,7 +14,9 @@ from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
 from tests.support import wait_until
 
-LEASE = timedelta(milliseconds=600)
+LEASE = timedelta(milliseconds=1500)
+"""Short enough that two periods pass quickly, long enough that a loaded machine stalling the
+agent for a few hundred milliseconds does not lose a lease its heartbeats keep."""
 HEARTBEAT = "/v0/executions/{execution_id}/heartbeat"
 
 

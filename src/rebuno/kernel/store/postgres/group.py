@@ -113,6 +113,7 @@ class GroupCommit:
 
     async def _drain(self) -> None:
         """Sends the waiting members, a group at a time, until none waits."""
+        group: list[tuple[Member, asyncio.Future[bool | None]]] = []
         try:
             while self._waiting:
                 group = self._waiting[:GROUP_LIMIT]
@@ -125,7 +126,12 @@ class GroupCommit:
                     if not future.done():  # its waiter may have been cancelled
                         future.set_result(outcome)
         finally:
+            # Cancelled on its way: the members not answered go alone, and none is left waiting.
+            for _, future in group:
+                if not future.done():
+                    future.set_result(None)
             self._lanes -= 1
+            self._drain_soon()
 
     async def _alone(self, member: Member) -> bool:
         async with self._connect() as conn:
