@@ -1,7 +1,8 @@
-"""`agent-instances` in real processes, on both stores: an agent served by `Agent.run()` is
-killed with SIGKILL in the middle of a run and started again on the same port, hence with the
-same instance name (`<hostname>:<port>`). Its start-up announcement has the kernel redeliver
-the run at once; the lease is 60 s, and the run completes within a few seconds of the restart."""
+"""`agent-instances` in real processes, on both stores: an agent served by `Agent.run()`, or as
+`Agent.app` under uvicorn, is killed with SIGKILL in the middle of a run and started again with
+the same instance name. Its start-up announcement has the kernel redeliver the run at once; the
+lease is 60 s, and the run completes within a few seconds of the restart, its redelivery
+finding the agent listening."""
 
 from __future__ import annotations
 
@@ -63,9 +64,12 @@ def start_kernel(
         kernel.stop()
 
 
+@pytest.mark.parametrize("serve", ["run", "uvicorn"])
 def test_a_killed_agent_restarted_in_its_slot_gets_its_run_back_before_the_lease(
-    tmp_path: Path, start_kernel: Callable[[Path], Kernel]
+    tmp_path: Path, start_kernel: Callable[[Path], Kernel], serve: str
 ) -> None:
+    """Served by uvicorn, the agent announces itself from the lifespan's startup, before
+    uvicorn opens its port: the redelivery must still find it listening, at the first try."""
     port = free_port()
     side = tmp_path / "side.txt"
     side.touch()
@@ -81,6 +85,8 @@ def test_a_killed_agent_restarted_in_its_slot_gets_its_run_back_before_the_lease
         "PORT": str(port),
         "SIDE_FILE": str(side),
         "AGENT_ID": AGENT,
+        "SERVE": serve,
+        "REBUNO_AGENT_INSTANCE": "shop-1",
     }
     agents: list[Process] = []
 
@@ -111,3 +117,5 @@ def test_a_killed_agent_restarted_in_its_slot_gets_its_run_back_before_the_lease
     assert done["output"] == {"fetched": "fetched tea", "charged": "charged tea"}
     assert side.read_text().splitlines() == ["fetch", "fetch", "charge"]
     assert back_after < BACK_WITHIN
+    failed = [e for e in kernel.events(execution_id) if e["type"] == "dispatch.failed"]
+    assert failed == [], logs()

@@ -185,3 +185,30 @@ async def test_a_cold_replica_takes_the_locked_way_with_the_same_answer(
         StepStatus.SUCCEEDED,
         StepStatus.EXECUTING,
     ]
+
+
+async def test_a_run_whose_first_step_came_before_the_acknowledgement_is_followed(
+    kernel: Kernel, counts: Counting
+) -> None:
+    execution = await kernel.create_execution(AGENT, '{"topic":"x"}', None)
+    [claim] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
+    run = Run(kernel, execution.id, Lease(claim.dispatch.id, claim.dispatch.attempt))
+    first: list[StepDecision] = []
+
+    class SubmittingFirst(Answering):
+        """An agent whose first step reaches the kernel before its acknowledgement."""
+
+        async def answer(self, execution_id: str) -> None:
+            first.append(await submit(run, 1))
+
+    await kernel.deliver(claim, SubmittingFirst())
+    counts.reset()
+
+    second = await submit(run, 2, first[0])
+
+    assert second.decision is Decision.PROCEED
+    expected = {"optimistic": 1} if kernel.shortcuts.enabled else {"locked": 1}
+    assert counts.transactions == expected
+    types = await run.event_types()
+    assert types.count("dispatch.acked") == types.count("execution.started") == 1
+    assert (await run.execution()).last_event_seq == len(types)

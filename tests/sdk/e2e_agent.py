@@ -1,4 +1,5 @@
-"""An agent process for the end-to-end tests, written with this SDK and served by `Agent.run()`.
+"""An agent process for the end-to-end tests, written with this SDK and served by `Agent.run()`
+(or, with `SERVE=uvicorn`, as `Agent.app` under uvicorn).
 
 Configured by the environment: `REBUNO_URL`, `REBUNO_AGENT_SECRET`, `PORT`, `SIDE_FILE` (each
 tool body appends its name there, so the test can count real runs), `HANG_IN` (the tool whose
@@ -68,4 +69,13 @@ HANDLERS = {"shop": shop, "ask": ask}
 if __name__ == "__main__":
     agent_id = os.environ.get("AGENT_ID", "shop")
     agent = Agent(agent_id)
-    agent.run(HANDLERS[agent_id], host="127.0.0.1", port=int(os.environ["PORT"]))
+    port = int(os.environ["PORT"])
+    if os.environ.get("SERVE") == "uvicorn":
+        # `Agent.app` under a server of the user's own, which opens its port only after the
+        # lifespan's startup (the instance is named by REBUNO_AGENT_INSTANCE).
+        import uvicorn
+
+        agent.bind(HANDLERS[agent_id])
+        uvicorn.run(agent.app, host="127.0.0.1", port=port, lifespan="on", log_level="warning")
+    else:
+        agent.run(HANDLERS[agent_id], host="127.0.0.1", port=port)

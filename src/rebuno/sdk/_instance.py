@@ -41,6 +41,9 @@ def configured_name(name: str | None) -> str | None:
     return name
 
 
+_TURNS_BEFORE_ANNOUNCING = 16
+
+
 class Instance:
     """This process's instance, and its one announcement."""
 
@@ -77,6 +80,12 @@ class Instance:
         return self._announcement
 
     async def _announce(self, name: str) -> None:
+        # Started from the lifespan's startup, which a server such as uvicorn completes before
+        # it opens its port: the kernel redelivers at once what the announcement reclaims, so
+        # the server is first given the loop's next turns to start listening. A delivery that
+        # still finds the port closed is retried with the kernel's backoff.
+        for _ in range(_TURNS_BEFORE_ANNOUNCING):
+            await asyncio.sleep(0)
         try:
             await self._kernel.announce_instance(name, self.incarnation)
         except Exception as exc:

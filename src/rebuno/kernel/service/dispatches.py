@@ -87,7 +87,9 @@ class DispatchUseCases(ServiceBase):
             await self._deliver(claimed, deliverer)
             return
         # A pending execution has no step recorded yet.
-        self.shortcuts.past_history(Lease(dispatch.id, dispatch.attempt))
+        lease = Lease(dispatch.id, dispatch.attempt)
+        self.shortcuts.past_history(lease)
+        self.shortcuts.claimed_first(lease, claimed.execution)
         with self.shortcuts.acknowledging(dispatch.execution_id):
             await self._deliver(claimed, deliverer)
 
@@ -160,16 +162,14 @@ class DispatchUseCases(ServiceBase):
             with contextlib.suppress(Stale):
                 async with self.transaction(seen.id, Unchanged(seen.last_event_seq)) as tx:
                     acked = await _acknowledge(tx, claimed, seen, self.clock())
-                if seen.status is ExecutionStatus.PENDING:
-                    self.shortcuts.acknowledged_first(lease, acked)
+                self.shortcuts.acknowledged(lease, seen.last_event_seq, acked)
                 return
         async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
                 return
             acked = await _acknowledge(tx, claimed, execution, self.clock())
-        if execution.status is ExecutionStatus.PENDING:
-            self.shortcuts.acknowledged_first(lease, acked)
+        self.shortcuts.acknowledged(lease, execution.last_event_seq, acked)
 
     async def _record_failure(
         self, dispatch: Dispatch, reason: str, redelivery: str | None = None

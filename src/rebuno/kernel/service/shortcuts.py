@@ -35,7 +35,7 @@ ACK_WAIT_SECONDS = 1.0
 
 
 class Run:
-    """A delivery attempt followed here since its first delivery was acknowledged, and what
+    """A first delivery attempt followed here since its claim, and what
     its execution holds as this process last committed it: the record, the id of every step
     recorded (none before a first run), the steps still executing, and the policy bundle the
     last submission read (meaningful once `bundle_read`). Nothing here is trusted: a write
@@ -84,11 +84,23 @@ class Shortcuts:
         return execution_id in self._live
 
     # -- runs: a submission or an end tried optimistically on what this process wrote -------
-    def acknowledged_first(self, lease: Lease, execution: Execution) -> None:
-        """Remembers the record a first delivery's acknowledgement wrote under `lease`."""
+    def claimed_first(self, lease: Lease, execution: Execution) -> None:
+        """Follows the run of a first delivery under `lease` from the record its claim read:
+        a `pending` execution has no step recorded."""
         if self.enabled and len(execution.input) <= RUN_INPUT_LIMIT:
             self._runs[execution.id] = Run(lease, execution)
             _remember(self._runs, RUNS_REMEMBERED)
+
+    def acknowledged(self, lease: Lease, before: int, after: Execution) -> None:
+        """The acknowledgement of the delivery under `lease` committed here, moving the
+        execution from `last_event_seq` `before` to the record `after` (no step with it)."""
+        run = self.run(after.id, lease)
+        if run is None:
+            return
+        if run.execution.last_event_seq != before:
+            self.forget(after.id)
+            return
+        run.execution = after
 
     def run(self, execution_id: str, lease: Lease) -> Run | None:
         """What this process knows of the execution's run under `lease`, if it followed it."""
