@@ -1,6 +1,6 @@
-"""A run this process has followed since its first acknowledgement decides a new step, at the
-agent's own occurrence, in one optimistic statement on what the process last wrote (docs
-protocol.md §7.3 and §8): the same `plan.decide` as the locked way, with the same outcome.
+"""A run this process has followed since its first claim decides a new step, at the agent's own
+occurrence, in one optimistic statement on what the process last wrote (docs/protocol.md §7.3
+and §8): the same `plan.decide` as the locked way, with the same outcome.
 Whatever moved meanwhile (a write of another replica, a cancel, a policy change, a replaced
 lease) sends the submission the locked way. Each test checks the outcome, and the cost where
 it is the point, with shortcuts on and off."""

@@ -31,6 +31,8 @@ run ends, and inputs may be megabytes; its steps and its end take the ordinary w
 RUN_STEPS_REMEMBERED = 1024
 """A run is forgotten once it has recorded more steps, or a step whose arguments are longer
 than `RUN_INPUT_LIMIT` characters."""
+STEPS_REMEMBERED = 131_072
+"""Step ids held across all runs at most (some 20 MB); the oldest runs are forgotten first."""
 ACK_WAIT_SECONDS = 1.0
 
 
@@ -69,6 +71,8 @@ class Shortcuts:
         self.enabled = enabled
         self._live: OrderedDict[str, None] = OrderedDict()
         self._runs: OrderedDict[str, Run] = OrderedDict()
+        self._steps_held = 0
+        """The step ids the runs hold, together (`STEPS_REMEMBERED`)."""
         self._past_history: OrderedDict[Lease, None] = OrderedDict()
         self._acknowledging: dict[str, asyncio.Event] = {}
 
@@ -88,8 +92,10 @@ class Shortcuts:
         """Follows the run of a first delivery under `lease` from the record its claim read:
         a `pending` execution has no step recorded."""
         if self.enabled and len(execution.input) <= RUN_INPUT_LIMIT:
+            self._drop(execution.id)
             self._runs[execution.id] = Run(lease, execution)
-            _remember(self._runs, RUNS_REMEMBERED)
+            if len(self._runs) > RUNS_REMEMBERED:
+                self._drop(next(iter(self._runs)))
 
     def acknowledged(self, lease: Lease, before: int, after: Execution) -> None:
         """The acknowledgement of the delivery under `lease` committed here, moving the
@@ -134,22 +140,32 @@ class Shortcuts:
             if len(step.args or "") > RUN_INPUT_LIMIT:
                 self.forget(after.id)
                 return
-            run.recorded.add(step.step_id)
+            if step.step_id not in run.recorded:
+                run.recorded.add(step.step_id)
+                self._steps_held += 1
             if step.status is StepStatus.EXECUTING:
                 run.executing[step.step_id] = step
             else:
                 run.executing.pop(step.step_id, None)
         if len(run.recorded) > RUN_STEPS_REMEMBERED:
             self.forget(after.id)
+        while self._steps_held > STEPS_REMEMBERED and self._runs:
+            self._drop(next(iter(self._runs)))
 
     def forget(self, execution_id: str) -> None:
         """Something this process did not write changed the run, or may have."""
-        self._runs.pop(execution_id, None)
+        self._drop(execution_id)
+
+    def _drop(self, execution_id: str) -> Run | None:
+        run = self._runs.pop(execution_id, None)
+        if run is not None:
+            self._steps_held -= len(run.recorded)
+        return run
 
     def take_first_run(self, execution_id: str, lease: Lease) -> Execution | None:
         """The acknowledgement's record of this execution's first run under `lease`, once, as
         long as no step has been recorded since."""
-        run = self._runs.pop(execution_id, None)
+        run = self._drop(execution_id)
         if run is None or run.lease != lease or run.recorded:
             return None
         return run.execution
@@ -193,4 +209,4 @@ class Shortcuts:
 
     def ended(self, execution_id: str) -> None:
         self._live.pop(execution_id, None)
-        self._runs.pop(execution_id, None)
+        self._drop(execution_id)
