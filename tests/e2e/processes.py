@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import venv
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,21 @@ class Server(Kernel):
     def ready(self) -> int:
         """The status code of `GET /v0/ready`."""
         return httpx.get(f"{self.url}/v0/ready", timeout=5).status_code
+
+
+def dev_or_replicas(
+    mode: str, directory: Path, manifest: Path, token: str, postgres_url: Callable[[], str]
+) -> list[Kernel]:
+    """The kernels of a test that runs on both: `dev`, one `rebuno dev` on SQLite; otherwise
+    two `rebuno server` replicas on the database `postgres_url()` makes. Both recover fast."""
+    if mode == "dev":
+        log = directory / "kernel.log"
+        return [Kernel(directory / "kernel.db", manifest, log, env=FAST_RECOVERY)]
+    url = postgres_url()
+    return [
+        Server(url, token, directory / f"replica-{i}.log", manifest=manifest, env=FAST_RECOVERY)
+        for i in range(2)
+    ]
 
 
 def official_sdk_python(version: str) -> Path:

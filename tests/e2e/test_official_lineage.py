@@ -22,11 +22,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.processes import (
-    FAST_RECOVERY,
     ROOT,
     Kernel,
     Process,
-    Server,
+    dev_or_replicas,
     free_port,
     official_sdk_python,
 )
@@ -120,17 +119,9 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, sdk_python: Path) -> I
             for name, port in ports.items()
         )
     )
-    kernels: list[Kernel]
-    if request.param == "dev":
-        kernels = [
-            Kernel(tmp_path / "kernel.db", manifest, tmp_path / "kernel.log", env=FAST_RECOVERY)
-        ]
-    else:
-        url: str = request.getfixturevalue("postgres_url")
-        kernels = [
-            Server(url, TOKEN, tmp_path / f"replica-{i}.log", manifest=manifest, env=FAST_RECOVERY)
-            for i in range(2)
-        ]
+    kernels = dev_or_replicas(
+        request.param, tmp_path, manifest, TOKEN, lambda: request.getfixturevalue("postgres_url")
+    )
     side = tmp_path / "side.txt"
     side.touch()
     env = {"SIDE_FILE": str(side), "REBUNO_URL": kernels[-1].url, "REBUNO_API_KEY": TOKEN}

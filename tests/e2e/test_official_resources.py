@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.processes import (
-    FAST_RECOVERY,
     ROOT,
     Kernel,
     Process,
-    Server,
+    dev_or_replicas,
     free_port,
     official_sdk_python,
 )
@@ -55,17 +54,9 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
         f"    webhook_url: http://127.0.0.1:{port}/webhook\n"
         "    secret: resources-secret\n"
     )
-    kernels: list[Kernel]
-    if request.param == "dev":
-        kernels = [
-            Kernel(tmp_path / "kernel.db", manifest, tmp_path / "kernel.log", env=FAST_RECOVERY)
-        ]
-    else:
-        url: str = request.getfixturevalue("postgres_url")
-        kernels = [
-            Server(url, TOKEN, tmp_path / f"replica-{i}.log", manifest=manifest, env=FAST_RECOVERY)
-            for i in range(2)
-        ]
+    kernels = dev_or_replicas(
+        request.param, tmp_path, manifest, TOKEN, lambda: request.getfixturevalue("postgres_url")
+    )
     side = tmp_path / "side.txt"
     side.touch()
     env = {"SIDE_FILE": str(side)}

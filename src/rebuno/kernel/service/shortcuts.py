@@ -100,13 +100,7 @@ class Shortcuts:
     def acknowledged(self, lease: Lease, before: int, after: Execution) -> None:
         """The acknowledgement of the delivery under `lease` committed here, moving the
         execution from `last_event_seq` `before` to the record `after` (no step with it)."""
-        run = self.run(after.id, lease)
-        if run is None:
-            return
-        if run.execution.last_event_seq != before:
-            self.forget(after.id)
-            return
-        run.execution = after
+        self._moved(lease, before, after)
 
     def run(self, execution_id: str, lease: Lease) -> Run | None:
         """What this process knows of the execution's run under `lease`, if it followed it."""
@@ -126,13 +120,9 @@ class Shortcuts:
         `last_event_seq` `before` to the record `after`, on the policy bundle it read: the
         steps `finished` are terminal now and the steps `written` are as written. Kept only
         while nothing else wrote in between (the run was at `before`)."""
-        run = self.run(after.id, lease)
+        run = self._moved(lease, before, after)
         if run is None:
             return
-        if run.execution.last_event_seq != before:
-            self.forget(after.id)
-            return
-        run.execution = after
         run.bundle, run.bundle_read = bundle, True
         for step_id in finished:
             run.executing.pop(step_id, None)
@@ -151,6 +141,19 @@ class Shortcuts:
             self.forget(after.id)
         while self._steps_held > STEPS_REMEMBERED and self._runs:
             self._drop(next(iter(self._runs)))
+
+    def _moved(self, lease: Lease, before: int, after: Execution) -> Run | None:
+        """The run a commit here moved from `last_event_seq` `before` to the record `after`,
+        holding `after` now; when the run was not at `before` (something else wrote in
+        between) it is forgotten, and None."""
+        run = self.run(after.id, lease)
+        if run is None:
+            return None
+        if run.execution.last_event_seq != before:
+            self.forget(after.id)
+            return None
+        run.execution = after
+        return run
 
     def forget(self, execution_id: str) -> None:
         """Something this process did not write changed the run, or may have."""

@@ -231,7 +231,7 @@ class StepUseCases(ServiceBase):
                     batch,
                     executing,
                     Outcomes(consumed={}, steps=[]),
-                    execution=mark_started(execution, batch),
+                    execution=execution,  # running already: nothing to start
                 )
                 plan = decide(submitted, batch, self.rules)
                 await self._apply(tx, plan, batch, lease, _key(request), slot)

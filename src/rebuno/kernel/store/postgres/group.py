@@ -118,10 +118,14 @@ class GroupCommit:
             while self._waiting:
                 group = self._waiting[:GROUP_LIMIT]
                 del self._waiting[:GROUP_LIMIT]
-                try:
-                    applied: Sequence[bool | None] = await self._together([m for m, _ in group])
-                except Exception:
-                    applied = [None] * len(group)  # each goes alone, to meet its own error
+                # None: the member sends its own statement. A member left alone does at once;
+                # when the group's statement failed, each does, to meet its own error.
+                applied: Sequence[bool | None] = [None]
+                if len(group) > 1:
+                    try:
+                        applied = await self._together([m for m, _ in group])
+                    except Exception:
+                        applied = [None] * len(group)
                 for (_, future), outcome in zip(group, applied, strict=True):
                     if not future.done():  # its waiter may have been cancelled
                         future.set_result(outcome)
@@ -140,9 +144,7 @@ class GroupCommit:
                 row = await cur.fetchone()
         return bool(row and row[0])
 
-    async def _together(self, members: list[Member]) -> list[bool | None]:
-        if len(members) == 1:
-            return [await self._alone(members[0])]
+    async def _together(self, members: list[Member]) -> list[bool]:
         items = orjson.dumps([member.item() for member in members]).decode()
         async with self._connect() as conn:
             with translated(self._server):

@@ -405,7 +405,8 @@ def load_completion(
     )
 
 
-_UNCHANGED = """
+_SEQ = "SELECT last_event_seq FROM executions WHERE id = ?"
+_SEQ_AND_BUNDLE = """
     SELECT e.last_event_seq, COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e LEFT JOIN agents a ON a.id = e.agent_id WHERE e.id = ?
 """
@@ -413,10 +414,10 @@ _UNCHANGED = """
 
 def still_unchanged(conn: sqlite3.Connection, execution_id: str, unchanged: Unchanged) -> bool:
     """Whether an optimistic transaction's condition holds (renewing the lease if it does)."""
-    row = conn.execute(_UNCHANGED, (execution_id,)).fetchone()
+    hashed = unchanged.policy_hash
+    row = conn.execute(_SEQ if hashed is None else _SEQ_AND_BUNDLE, (execution_id,)).fetchone()
     if row is None or row[0] != unchanged.last_event_seq:
         return False
-    hashed = unchanged.policy_hash
     if hashed is not None and identity.policy_hash(row[1] or "") != hashed:
         return False
     lease, now = unchanged.lease, unchanged.now
