@@ -87,6 +87,7 @@ _COMMIT = "COMMIT"
 _ROLLBACK = b"ROLLBACK"
 _PING = b"SELECT 1"
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
+_WRITES_ONLY = "an optimistic transaction only writes"
 
 
 class Rows:
@@ -129,7 +130,6 @@ class PostgresTransaction:
         "_agent",
         "_begun",
         "_lock",
-        "_optimistic",
         "_queued",
         "_read",
         "_server",
@@ -144,13 +144,10 @@ class PostgresTransaction:
         server: Server,
         lock: int | None,
         tag: str,
-        *,
-        optimistic: bool = False,
     ) -> None:
         self._session = conn
-        """The pooled connection; None for an optimistic transaction, which holds none."""
-        self._optimistic = optimistic
-        """Collects writes only; the lock is taken by `commit_unchanged`'s statement."""
+        """The pooled connection; None for an optimistic transaction, which holds none and
+        only collects writes: its statement takes the lock itself (`unchanged_member`)."""
         self._server = server
         self._tag = tag
         self._lock = lock
@@ -171,7 +168,7 @@ class PostgresTransaction:
     @property
     def _conn(self) -> Connection:
         if self._session is None:
-            raise RuntimeError("an optimistic transaction only writes")
+            raise RuntimeError(_WRITES_ONLY)
         return self._session
 
     def _seen(self, execution: Execution) -> Execution:
@@ -182,8 +179,8 @@ class PostgresTransaction:
         """Runs `call(session, *args)` (a read, or a write `rebuno_apply` does not do): its
         statements go after BEGIN, the lock and the collected writes, so they see the
         transaction's own writes, and writes keep their order."""
-        if self._optimistic:
-            raise RuntimeError("an optimistic transaction only writes")
+        if self._session is None:
+            raise RuntimeError(_WRITES_ONLY)
         with translated(self._server):
             return await call(_Session(self), *args)
 
@@ -521,7 +518,7 @@ async def optimistic(
     """An optimistic transaction (`Store.transaction(unchanged=...)`): the block only
     collects writes, and leaving it sends them as one statement, through the group commit;
     raises `Stale` when its condition did not hold. No connection is held meanwhile."""
-    tx = PostgresTransaction(None, server, None, tag, optimistic=True)
+    tx = PostgresTransaction(None, server, None, tag)
     yield tx
     if not await group.apply(tx.unchanged_member(execution_id, unchanged)):
         raise Stale(f"execution {execution_id} changed since it was read")
