@@ -7,6 +7,7 @@ it is the point, with shortcuts on and off."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import cast
 
 import pytest
@@ -211,4 +212,38 @@ async def test_a_run_whose_first_step_came_before_the_acknowledgement_is_followe
     assert counts.transactions == expected
     types = await run.event_types()
     assert types.count("dispatch.acked") == types.count("execution.started") == 1
+    assert (await run.execution()).last_event_seq == len(types)
+
+
+async def test_a_step_submitted_while_the_acknowledgement_is_recorded_keeps_the_run_followed(
+    kernel: Kernel, counts: Counting
+) -> None:
+    """The first step commits before the acknowledgement, and the second is submitted while
+    the acknowledgement is being recorded: it waits for that record, so neither finds the run
+    moved by the other, and the run stays followed."""
+    execution = await kernel.create_execution(AGENT, '{"topic":"x"}', None)
+    [claim] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == execution.id]
+    run = Run(kernel, execution.id, Lease(claim.dispatch.id, claim.dispatch.attempt))
+    second: list[asyncio.Task[StepDecision]] = []
+
+    class SubmittingAround(Answering):
+        """An agent whose first step precedes its answer and whose second follows it."""
+
+        async def answer(self, execution_id: str) -> None:
+            first = await submit(run, 1)
+            # Runs once the kernel, having this answer, starts to record the acknowledgement.
+            second.append(asyncio.create_task(submit(run, 2, first)))
+
+    await kernel.deliver(claim, SubmittingAround())
+    done = await second[0]
+    counts.reset()
+
+    third = await submit(run, 3, done)
+
+    assert (done.decision, third.decision) == (Decision.PROCEED, Decision.PROCEED)
+    expected = {"optimistic": 1} if kernel.shortcuts.enabled else {"locked": 1}
+    assert counts.transactions == expected
+    types = await run.event_types()
+    assert types.count("dispatch.acked") == 1
+    assert types[-4:] == ["step.succeeded", "step.proposed", "step.allowed", "step.executing"]
     assert (await run.execution()).last_event_seq == len(types)

@@ -133,16 +133,18 @@ class DispatchUseCases(ServiceBase):
                 dispatch.id,
                 dispatch.attempt,
             )
-            if outcome.instance is None:
-                await self._record_ack(claimed)
-            else:
-                # Side by side, not one after the other: on PostgreSQL the two statements
-                # overlap on two connections, on SQLite they share one commit. The instance
-                # stands for the attempt whether or not the acknowledgement's events commit.
-                record = self.store.set_dispatch_instance(
-                    dispatch.id, dispatch.attempt, outcome.instance
-                )
-                await asyncio.gather(self._record_ack(claimed), record)
+            with self.shortcuts.recording_acknowledgement(dispatch.execution_id):
+                if outcome.instance is None:
+                    await self._record_ack(claimed)
+                else:
+                    # Side by side, not one after the other: on PostgreSQL the two statements
+                    # overlap on two connections, on SQLite they share one commit. The
+                    # instance stands for the attempt whether or not the acknowledgement's
+                    # events commit.
+                    record = self.store.set_dispatch_instance(
+                        dispatch.id, dispatch.attempt, outcome.instance
+                    )
+                    await asyncio.gather(self._record_ack(claimed), record)
         else:
             log.warning(
                 "delivery failed: execution_id=%s dispatch_id=%s attempt=%d: %s",

@@ -75,6 +75,7 @@ class Shortcuts:
         """The step ids the runs hold, together (`STEPS_REMEMBERED`)."""
         self._past_history: OrderedDict[Lease, None] = OrderedDict()
         self._acknowledging: dict[str, asyncio.Event] = {}
+        self._recording: dict[str, asyncio.Event] = {}
 
     # -- long polls: an execution created here and not seen ending is live -------------------
     def created(self, execution_id: str) -> None:
@@ -185,31 +186,54 @@ class Shortcuts:
         """Whether a submission under `lease` may first try the unlocked replay read."""
         return self.enabled and lease not in self._past_history
 
-    # -- a first delivery being acknowledged: an early end waits for its record --------------
+    # -- a first delivery being acknowledged: an early end or step waits for its record -----
     @contextlib.contextmanager
     def acknowledging(self, execution_id: str) -> Iterator[None]:
         """While a first delivery of `execution_id` is delivered and its acknowledgement
         recorded here. An agent may end a short run before the kernel has recorded that it
         acknowledged the webhook; the end then waits for that record (`wait_acknowledged`),
         so both are written in their order, each optimistically."""
+        with self._window(self._acknowledging, execution_id):
+            yield
+
+    async def wait_acknowledged(self, execution_id: str) -> None:
+        """At most `ACK_WAIT_SECONDS`; at once when no acknowledgement is being recorded."""
+        await _wait(self._acknowledging.get(execution_id))
+
+    @contextlib.contextmanager
+    def recording_acknowledgement(self, execution_id: str) -> Iterator[None]:
+        """While the acknowledgement of a first delivery the agent has answered is being
+        recorded here. A step the agent submits meanwhile waits for that record
+        (`wait_recorded`): otherwise the acknowledgement may commit between two steps, and
+        the second, built on the first's record, would find the run moved and lose it. Only
+        this part of the delivery is waited for: an agent that answers its webhook once its
+        run is over submits its steps before the answer."""
+        with self._window(self._recording, execution_id):
+            yield
+
+    async def wait_recorded(self, execution_id: str) -> None:
+        """At most `ACK_WAIT_SECONDS`; at once when no acknowledgement is being recorded."""
+        await _wait(self._recording.get(execution_id))
+
+    @contextlib.contextmanager
+    def _window(self, windows: dict[str, asyncio.Event], execution_id: str) -> Iterator[None]:
         if not self.enabled:
             yield
             return
-        done = self._acknowledging[execution_id] = asyncio.Event()
+        done = windows[execution_id] = asyncio.Event()
         try:
             yield
         finally:
             done.set()
-            if self._acknowledging.get(execution_id) is done:
-                del self._acknowledging[execution_id]
-
-    async def wait_acknowledged(self, execution_id: str) -> None:
-        """At most `ACK_WAIT_SECONDS`; at once when no acknowledgement is being recorded."""
-        done = self._acknowledging.get(execution_id)
-        if done is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), ACK_WAIT_SECONDS)
+            if windows.get(execution_id) is done:
+                del windows[execution_id]
 
     def ended(self, execution_id: str) -> None:
         self._live.pop(execution_id, None)
         self._drop(execution_id)
+
+
+async def _wait(done: asyncio.Event | None) -> None:
+    if done is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), ACK_WAIT_SECONDS)

@@ -174,6 +174,8 @@ class StepUseCases(ServiceBase):
             if replayed is not None:
                 metrics.step_decided(request.kind, replayed.decision, recorded=True)
                 return replayed
+        # The acknowledgement would otherwise commit between this step and the next.
+        await self.shortcuts.wait_recorded(execution_id)
         run = self.shortcuts.run(execution_id, lease)
         if run is None:
             return None
