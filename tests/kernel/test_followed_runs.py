@@ -16,6 +16,7 @@ from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.decision import StepDecision, StepOutcome, StepRequest
 from rebuno.kernel.domain.errors import LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
+from rebuno.kernel.service.forks import ForkRequest
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
@@ -247,3 +248,30 @@ async def test_a_step_submitted_while_the_acknowledgement_is_recorded_keeps_the_
     assert types.count("dispatch.acked") == 1
     assert types[-4:] == ["step.succeeded", "step.proposed", "step.allowed", "step.executing"]
     assert (await run.execution()).last_event_seq == len(types)
+
+
+async def test_a_fork_replays_every_step_it_copied(kernel: Kernel) -> None:
+    """A fork is pending with the steps it copied (§26.2): its first run is not followed as
+    one with nothing recorded, so each copied step replays."""
+    source = await followed(kernel)
+    one = await submit(source, 1)
+    two = await submit(source, 2, one)
+    await kernel.complete_execution(
+        source.execution_id, AGENT, source.lease, "null", (StepOutcome(two.step_id or "", "1"),)
+    )
+    at_seq = (await source.execution()).last_event_seq
+    fork = await kernel.fork(source.execution_id, ForkRequest(at_seq=at_seq))
+    [claim] = [c for c in await kernel.claim(10) if c.dispatch.execution_id == fork.id]
+    await kernel.deliver(claim, Answering())
+    run = Run(kernel, fork.id, Lease(claim.dispatch.id, claim.dispatch.attempt))
+
+    first = await submit(run, 1)
+    second = await submit(run, 2)
+    third = await submit(run, 3, second)
+
+    assert [d.decision for d in (first, second, third)] == [
+        Decision.REPLAY,
+        Decision.REPLAY,
+        Decision.PROCEED,
+    ]
+    assert (first.result, second.result) == ('{"ok":1}', "1")

@@ -83,10 +83,14 @@ class DispatchUseCases(ServiceBase):
             metrics.dispatch_exhausted()
             await self._exhaust(dispatch)
             return
-        if claimed.execution_status is not ExecutionStatus.PENDING:
+        # A pending execution has no step recorded yet, unless it is a fork: a fork starts
+        # with the steps it copied (§26.2).
+        if (
+            claimed.execution_status is not ExecutionStatus.PENDING
+            or claimed.execution.forked_from is not None
+        ):
             await self._deliver(claimed, deliverer)
             return
-        # A pending execution has no step recorded yet.
         lease = Lease(dispatch.id, dispatch.attempt)
         self.shortcuts.past_history(lease)
         self.shortcuts.claimed_first(lease, claimed.execution)

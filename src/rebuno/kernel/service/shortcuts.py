@@ -91,7 +91,7 @@ class Shortcuts:
     # -- runs: a submission or an end tried optimistically on what this process wrote -------
     def claimed_first(self, lease: Lease, execution: Execution) -> None:
         """Follows the run of a first delivery under `lease` from the record its claim read:
-        a `pending` execution has no step recorded."""
+        a `pending` execution that is not a fork has no step recorded."""
         if self.enabled and len(execution.input) <= RUN_INPUT_LIMIT:
             self._drop(execution.id)
             self._runs[execution.id] = Run(lease, execution)
