@@ -208,7 +208,7 @@ async def test_a_remembered_record_the_execution_moved_past_takes_the_ordinary_w
     claim, run = await claimed(kernel)
     await kernel.deliver(claim, Answering())
     # The record from before the acknowledgement, as a replica might have remembered it.
-    kernel.shortcuts.claimed_first(run.lease, claim.execution)
+    kernel.shortcuts.claimed_first(run.lease, claim.execution, None)
 
     await kernel.complete_execution(run.execution_id, AGENT, run.lease, "null", (report(1),))
 

@@ -52,13 +52,13 @@ async def test_a_new_step_of_a_followed_run_is_one_optimistic_transaction(
     kernel: Kernel, counts: Counting
 ) -> None:
     run = await followed(kernel)
-    first = await submit(run, 1)  # reads the policy bundle: the locked way
     counts.reset()
 
+    first = await submit(run, 1)  # on the policy bundle the claim read
     second = await submit(run, 2, first)
 
     assert second.decision is Decision.PROCEED
-    expected = {"optimistic": 1} if kernel.shortcuts.enabled else {"locked": 1}
+    expected = {"optimistic": 2} if kernel.shortcuts.enabled else {"locked": 2}
     assert counts.transactions == expected
     steps = {s.step_id: s for s in await kernel.list_steps(run.execution_id, None)}
     assert (steps[first.step_id or ""].status, steps[first.step_id or ""].result) == (
@@ -107,6 +107,16 @@ async def test_a_policy_changed_meanwhile_decides_the_next_step(kernel: Kernel) 
     assert third.decision is Decision.DENIED
     steps = {s.step_id: s.status for s in await kernel.list_steps(run.execution_id, None)}
     assert steps[second.step_id or ""] is StepStatus.SUCCEEDED
+
+
+async def test_a_policy_changed_since_the_claim_decides_the_first_step(kernel: Kernel) -> None:
+    await kernel.set_policy(AGENT, ALLOW_ALL)
+    run = await followed(kernel)
+    await kernel.set_policy(AGENT, DENY_ALL)  # after the claim read the bundle
+
+    first = await submit(run, 1)
+
+    assert first.decision is Decision.DENIED
 
 
 async def test_a_write_of_another_replica_sends_the_run_the_locked_way(

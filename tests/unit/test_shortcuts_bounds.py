@@ -18,7 +18,7 @@ def _followed(known: Shortcuts, steps: int) -> str:
     """A run followed from its claim, with `steps` steps committed here one at a time."""
     record = execution()
     lease = Lease(f"d-{record.id}", 1)
-    known.claimed_first(lease, record)
+    known.claimed_first(lease, record, None)
     for n in range(steps):
         done = replace(step(record.id, n), status=StepStatus.SUCCEEDED)
         after = replace(record, last_event_seq=record.last_event_seq + 1)
@@ -55,7 +55,7 @@ def test_a_run_whose_record_moved_elsewhere_is_forgotten() -> None:
     known = Shortcuts()
     record = execution()
     lease = Lease("d-1", 1)
-    known.claimed_first(lease, record)
+    known.claimed_first(lease, record, None)
     moved = replace(record, last_event_seq=record.last_event_seq + 5)
 
     known.advanced(lease, moved.last_event_seq - 1, moved, None, (), [])
@@ -66,6 +66,6 @@ def test_a_run_whose_record_moved_elsewhere_is_forgotten() -> None:
 def test_a_disabled_replica_follows_nothing() -> None:
     known = Shortcuts(enabled=False)
     record = execution()
-    known.claimed_first(Lease("d-1", 1), record)
+    known.claimed_first(Lease("d-1", 1), record, None)
 
     assert known.run(record.id, Lease("d-1", 1)) is None

@@ -93,7 +93,7 @@ class DispatchUseCases(ServiceBase):
             return
         lease = Lease(dispatch.id, dispatch.attempt)
         self.shortcuts.past_history(lease)
-        self.shortcuts.claimed_first(lease, claimed.execution)
+        self.shortcuts.claimed_first(lease, claimed.execution, claimed.agent.policy_bundle)
         with self.shortcuts.acknowledging(dispatch.execution_id):
             await self._deliver(claimed, deliverer)
 

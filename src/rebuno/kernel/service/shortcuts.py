@@ -40,19 +40,18 @@ class Run:
     """A first delivery attempt followed here since its claim, and what
     its execution holds as this process last committed it: the record, the id of every step
     recorded (none before a first run), the steps still executing, and the policy bundle the
-    last submission read (meaningful once `bundle_read`). Nothing here is trusted: a write
+    claim or the last submission read. Nothing here is trusted: a write
     built on it applies only while the execution is still at `execution.last_event_seq`,
     the lease is live and the bundle unchanged (`store.base.Unchanged`)."""
 
-    __slots__ = ("bundle", "bundle_read", "executing", "execution", "lease", "recorded")
+    __slots__ = ("bundle", "executing", "execution", "lease", "recorded")
 
-    def __init__(self, lease: Lease, execution: Execution) -> None:
+    def __init__(self, lease: Lease, execution: Execution, bundle: str | None) -> None:
         self.lease = lease
         self.execution = execution
+        self.bundle = bundle
         self.recorded: set[str] = set()
         self.executing: dict[str, Step] = {}
-        self.bundle: str | None = None
-        self.bundle_read = False
 
 
 K = TypeVar("K", bound=Hashable)
@@ -89,12 +88,13 @@ class Shortcuts:
         return execution_id in self._live
 
     # -- runs: a submission or an end tried optimistically on what this process wrote -------
-    def claimed_first(self, lease: Lease, execution: Execution) -> None:
+    def claimed_first(self, lease: Lease, execution: Execution, bundle: str | None) -> None:
         """Follows the run of a first delivery under `lease` from the record its claim read:
-        a `pending` execution that is not a fork has no step recorded."""
+        a `pending` execution that is not a fork has no step recorded, and its policy is its
+        agent's `bundle`, as the claim read it."""
         if self.enabled and len(execution.input) <= RUN_INPUT_LIMIT:
             self._drop(execution.id)
-            self._runs[execution.id] = Run(lease, execution)
+            self._runs[execution.id] = Run(lease, execution, bundle)
             if len(self._runs) > RUNS_REMEMBERED:
                 self._drop(next(iter(self._runs)))
 
@@ -124,7 +124,7 @@ class Shortcuts:
         run = self._moved(lease, before, after)
         if run is None:
             return
-        run.bundle, run.bundle_read = bundle, True
+        run.bundle = bundle
         for step_id in finished:
             run.executing.pop(step_id, None)
         for step in written:

@@ -195,8 +195,7 @@ class StepUseCases(ServiceBase):
         completions. None otherwise, or when the execution moved, for the locked way."""
         execution, lease = run.execution, run.lease
         if (
-            not run.bundle_read
-            or slot.step_id in run.recorded
+            slot.step_id in run.recorded
             or execution.agent_id != agent_id
             or execution.status is not ExecutionStatus.RUNNING
             or execution.has_resources
