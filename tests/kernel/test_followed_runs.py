@@ -16,6 +16,7 @@ from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.decision import StepDecision, StepOutcome, StepRequest
 from rebuno.kernel.domain.errors import LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
+from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.forks import ForkRequest
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
@@ -285,3 +286,60 @@ async def test_a_fork_replays_every_step_it_copied(kernel: Kernel) -> None:
         Decision.PROCEED,
     ]
     assert (first.result, second.result) == ('{"ok":1}', "1")
+
+
+async def test_the_end_of_a_followed_run_is_one_optimistic_transaction(
+    kernel: Kernel, counts: Counting
+) -> None:
+    run = await followed(kernel)
+    first = await submit(run, 1)
+    second = await submit(run, 2, first)
+    counts.reset()
+
+    await kernel.complete_execution(
+        run.execution_id, AGENT, run.lease, '"done"', (StepOutcome(second.step_id or "", "2"),)
+    )
+
+    expected = {"optimistic": 1} if kernel.shortcuts.enabled else {"locked": 1}
+    assert counts.transactions == expected
+    done = await run.execution()
+    assert (done.status, done.output) == (ExecutionStatus.COMPLETED, '"done"')
+    steps = {s.step_id: (s.status, s.result) for s in await kernel.list_steps(done.id, None)}
+    assert steps[second.step_id or ""] == (StepStatus.SUCCEEDED, "2")
+    types = await run.event_types()
+    assert types[-2:] == ["step.succeeded", "execution.completed"]
+    assert done.last_event_seq == len(types)
+
+
+async def test_a_sub_agent_started_meanwhile_is_cancelled_with_its_parent(kernel: Kernel) -> None:
+    """A child's create marks its parent without moving it: the end, optimistic or not, sees
+    the child and cancels it (§25.6)."""
+    run = await followed(kernel)
+    tool = await submit(run, 1)
+    child = await kernel.create_execution(
+        AGENT, "null", None, Origin(spawned_by=(run.execution_id, tool.step_id or ""))
+    )
+
+    await kernel.fail_execution(
+        run.execution_id, AGENT, run.lease, "gave up", (StepOutcome(tool.step_id or "", "1"),)
+    )
+
+    assert (await run.execution()).status is ExecutionStatus.FAILED
+    assert (await kernel.get_execution(child.id)).status is ExecutionStatus.CANCELLED
+
+
+async def test_a_completion_the_run_does_not_know_sends_the_end_the_locked_way(
+    kernel: Kernel, counts: Counting
+) -> None:
+    run = await followed(kernel)
+    first = await submit(run, 1)
+    counts.reset()
+
+    await kernel.complete_execution(
+        run.execution_id, AGENT, run.lease, "null", (StepOutcome("no-such-step", "1"),)
+    )
+
+    assert counts.transactions == {"locked": 1}
+    assert (await run.execution()).status is ExecutionStatus.COMPLETED
+    steps = {s.step_id: s.status for s in await kernel.list_steps(run.execution_id, None)}
+    assert steps[first.step_id or ""] is StepStatus.EXECUTING

@@ -25,6 +25,7 @@ from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Execution, Lease, Step
 from rebuno.kernel.store.base import Stale, Unchanged, Wanted
 from rebuno.kernel.store.postgres import PostgresStore, group, writes
+from rebuno.kernel.store.postgres.connection import execution_lock_key
 from rebuno.kernel.store.postgres.migrations import available
 from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus, StepStatus
@@ -742,3 +743,26 @@ def _answers(store: PostgresStore) -> Callable[[], Awaitable[bool]]:
         return True
 
     return check
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "rebuno_apply_unchanged(%s, %s, %s, NULL, NULL, NULL, '[]'::jsonb)",
+        "rebuno_apply_unchanged(%s, %s, %s, NULL, NULL, NULL, NULL, '[]'::jsonb)",
+    ],
+    ids=["without-policy-hash", "without-childless"],
+)
+async def test_the_older_forms_of_an_optimistic_statement_still_decide(
+    replicas: tuple[PostgresStore, PostgresStore], postgres_url: str, call: str
+) -> None:
+    """Kernels not yet upgraded during a rolling deploy send the forms they knew."""
+    seen = await seed_execution(replicas[0])
+    lock = execution_lock_key(seen.id)
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        moved = await (await conn.execute(f"SELECT {call}", (lock, seen.id, 99))).fetchone()
+        kept = await (
+            await conn.execute(f"SELECT {call}", (lock, seen.id, seen.last_event_seq))
+        ).fetchone()
+
+    assert (moved, kept) == ((False,), (True,))

@@ -42,6 +42,7 @@ from rebuno.kernel.domain.records import (
 from rebuno.kernel.service.activity import Watcher
 from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
 from rebuno.kernel.service.resources import settle
+from rebuno.kernel.service.shortcuts import Run
 from rebuno.kernel.service.steps import apply_outcomes, wanted_by
 from rebuno.kernel.store.base import (
     NOTHING_WANTED,
@@ -407,12 +408,12 @@ class ExecutionUseCases(ServiceBase):
     ) -> None:
         """Terminal is checked before the lease (§5.2), then the strong lease check. A
         refusal rolls the transaction back, the lease's renewal with it. The end of a first
-        run acknowledged here is tried optimistically first (see `_finish_first_run`)."""
+        run followed here is tried optimistically first (see `_finish_on_run`)."""
         await self.shortcuts.wait_acknowledged(execution_id)
-        acked = self.shortcuts.take_first_run(execution_id, lease)
-        if acked is not None:
-            done = await self._finish_first_run(
-                acked, agent_id, lease, status, output, reason, outcomes, state
+        run = self.shortcuts.take_run(execution_id, lease)
+        if run is not None:
+            done = await self._finish_on_run(
+                run, agent_id, lease, status, output, reason, outcomes, state
             )
             if done is not None:
                 self.ended(execution_id, done)
@@ -436,9 +437,9 @@ class ExecutionUseCases(ServiceBase):
         self.ended(execution_id, done)
         await self.after_end(done)
 
-    async def _finish_first_run(
+    async def _finish_on_run(
         self,
-        acked: Execution,
+        run: Run,
         agent_id: str | None,
         lease: Lease,
         status: ExecutionStatus,
@@ -447,21 +448,30 @@ class ExecutionUseCases(ServiceBase):
         outcomes: Sequence[Carried],
         state: RawJson | None,
     ) -> Execution | None:
-        """Ends a first run on the record its acknowledgement wrote, in one statement that
-        applies only while nothing changed since: the record is the execution's, the lease
-        is live, and no step exists yet (none before a first run; any since would have moved
-        the record or used an occurrence counter), so the reports it carries take their
-        first occurrences. Returns the record written, or None when something changed (or
-        the request carries completions of submitted steps), for the ordinary way."""
-        if any(not isinstance(outcome, StepRecord) for outcome in outcomes):
+        """Ends a followed run (`shortcuts.Run`) on the record this process last wrote, in
+        one statement that applies only while nothing changed since: the record is the
+        execution's, the lease is live, no occurrence counter was used and no sub-agent was
+        started from it. The completions it carries are of steps the run knows executing;
+        reports (`step-records`) only on a run with no step yet, where they take their first
+        occurrences. Returns the record written, or None when something changed (or the
+        request carries anything else), for the ordinary way."""
+        acked = run.execution
+        if acked.status.is_terminal:
             return None
+        completing: list[Step] = []
+        for outcome in outcomes:
+            if isinstance(outcome, StepRecord):
+                if run.recorded:
+                    return None
+            elif outcome.step_id in run.executing:
+                completing.append(run.executing[outcome.step_id])
+            else:
+                return None
         check_owner(acked, agent_id)
         now = self.clock()
-        none_yet = Outcomes(consumed={}, steps=[])
+        unchanged = Unchanged(acked.last_event_seq, lease, now, childless=True)
         try:
-            async with self.transaction(
-                acked.id, Unchanged(acked.last_event_seq, lease, now)
-            ) as tx:
+            async with self.transaction(acked.id, unchanged) as tx:
                 done = await finish_execution(
                     tx,
                     acked,
@@ -471,7 +481,7 @@ class ExecutionUseCases(ServiceBase):
                     now,
                     outcomes,
                     lease.dispatch_id,
-                    none_yet,
+                    Outcomes(consumed={}, steps=completing),
                     state=state,
                 )
         except Stale:

@@ -166,13 +166,11 @@ class Shortcuts:
             self._steps_held -= len(run.recorded)
         return run
 
-    def take_first_run(self, execution_id: str, lease: Lease) -> Execution | None:
-        """The acknowledgement's record of this execution's first run under `lease`, once, as
-        long as no step has been recorded since."""
+    def take_run(self, execution_id: str, lease: Lease) -> Run | None:
+        """The run followed under `lease`, forgotten as it is handed over: its end is on its
+        way."""
         run = self._drop(execution_id)
-        if run is None or run.lease != lease or run.recorded:
-            return None
-        return run.execution
+        return run if run is not None and run.lease == lease else None
 
     # -- replays: a delivery attempt with nothing left to replay skips the unlocked read -----
     def past_history(self, lease: Lease) -> None:

@@ -216,12 +216,15 @@ class Unchanged:
     it owns the live dispatch (renewed then, `locked_at = now`) and its dispatch has used no
     occurrence counter yet. With `policy_hash`, also only while the execution's policy bundle
     (its own, else its agent's) still has that hash (§35.6; the hash of the empty text when
-    it has none): policy changes without moving the execution."""
+    it has none): policy changes without moving the execution. With `childless`, also only
+    while no sub-agent has been started from it (`has_children`): a child's create marks its
+    parent without moving it (§25.6)."""
 
     last_event_seq: int
     lease: Lease | None = None
     now: datetime | None = None
     policy_hash: str | None = None
+    childless: bool = False
 
 
 class Stale(Exception):

@@ -49,6 +49,11 @@ BEGIN
 END
 $$;
 
+-- Before `p_childless`, the condition of an optimistic transaction took one argument fewer;
+-- only the functions of this file called it, and they call the new form.
+DROP FUNCTION IF EXISTS rebuno_apply_if_unchanged(
+    text, bigint, text, integer, timestamptz, text, jsonb);
+
 -- == Guards ==================================================================================
 
 -- The guards hold against any writer, not just a careful service. Their SQLSTATEs (class RB,
@@ -344,29 +349,31 @@ $$;
 -- An optimistic transaction in one statement: under the execution's lock, `rebuno_apply` only
 -- while the execution is still at the `last_event_seq` its writes were built from; with a
 -- policy hash, only while its bundle (its own, else its agent's; the empty text when it has
--- none) still hashes to it (§35.6), as a policy change moves no execution; with a dispatch,
--- also only while the dispatch has used no occurrence counter and that lease owns it (renewed
--- then). Returns whether it applied; when it did not, nothing was written and the caller does
--- the use case the ordinary way.
+-- none) still hashes to it (§35.6), as a policy change moves no execution; with `p_childless`,
+-- only while no sub-agent was started from it, as a child's create marks its parent without
+-- moving it (§25.6); with a dispatch, also only while the dispatch has used no occurrence
+-- counter and that lease owns it (renewed then). Returns whether it applied; when it did not,
+-- nothing was written and the caller does the use case the ordinary way.
 CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
     p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, p_policy_hash text, ops jsonb
+    p_now timestamptz, p_policy_hash text, p_childless boolean, ops jsonb
 ) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(p_lock);
     RETURN rebuno_apply_if_unchanged(p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        p_policy_hash, ops);
+        p_policy_hash, p_childless, ops);
 END
 $$;
 
 -- The condition and the writes of `rebuno_apply_unchanged`, under the lock the caller holds.
 CREATE OR REPLACE FUNCTION rebuno_apply_if_unchanged(
     p_execution text, p_seq bigint, p_dispatch text, p_attempt integer, p_now timestamptz,
-    p_policy_hash text, ops jsonb
+    p_policy_hash text, p_childless boolean, ops jsonb
 ) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM executions e
     WHERE e.id = p_execution AND e.last_event_seq = p_seq
+        AND NOT (p_childless AND e.has_children)
         AND (p_policy_hash IS NULL OR encode(sha256(convert_to(COALESCE(e.policy_bundle,
             (SELECT a.policy_bundle FROM agents a WHERE a.id = e.agent_id), ''), 'UTF8')),
             'hex') = p_policy_hash);
@@ -386,9 +393,9 @@ $$;
 
 -- A group commit (`store/postgres/group.py`): several optimistic transactions in one, each an
 -- object of `rebuno_apply_unchanged`'s arguments by name (`lock`, `execution_id`, `seq`,
--- `dispatch_id`, `attempt`, `now`, `policy_hash`, `ops`). Each lock is only tried, so a group
--- never waits for one: a member whose execution is locked did not apply. Returns, in order,
--- whether each applied.
+-- `dispatch_id`, `attempt`, `now`, `policy_hash`, `childless`, `ops`). Each lock is only
+-- tried, so a group never waits for one: a member whose execution is locked did not apply.
+-- Returns, in order, whether each applied.
 CREATE OR REPLACE FUNCTION rebuno_apply_unchanged_all(items jsonb) RETURNS boolean[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -399,7 +406,8 @@ BEGIN
         IF pg_try_advisory_xact_lock((item->>'lock')::bigint) THEN
             applied := applied || rebuno_apply_if_unchanged(item->>'execution_id',
                 (item->>'seq')::bigint, item->>'dispatch_id', (item->>'attempt')::integer,
-                (item->>'now')::timestamptz, item->>'policy_hash', item->'ops');
+                (item->>'now')::timestamptz, item->>'policy_hash',
+                COALESCE((item->>'childless')::boolean, false), item->'ops');
         ELSE
             applied := applied || false;
         END IF;
@@ -408,14 +416,23 @@ BEGIN
 END
 $$;
 
--- The form without a policy hash, as kernels sent it before the hash: during a rolling deploy
--- the replicas not yet upgraded keep writing. It can go once no such kernel can be running.
+-- The forms without `p_childless` and without a policy hash, as kernels sent them before
+-- each: during a rolling deploy the replicas not yet upgraded keep writing. They can go once
+-- no such kernel can be running.
+CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
+    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
+    p_now timestamptz, p_policy_hash text, ops jsonb
+) RETURNS boolean LANGUAGE sql AS $$
+    SELECT rebuno_apply_unchanged(p_lock, p_execution, p_seq, p_dispatch, p_attempt, p_now,
+        p_policy_hash, false, ops)
+$$;
+
 CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
     p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
     p_now timestamptz, ops jsonb
 ) RETURNS boolean LANGUAGE sql AS $$
     SELECT rebuno_apply_unchanged(p_lock, p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        NULL, ops)
+        NULL, false, ops)
 $$;
 
 -- == Reads under the lock ====================================================================

@@ -45,6 +45,7 @@ class Member:
     attempt: int | None
     now: datetime | None
     policy_hash: str | None
+    childless: bool
     ops: str
     """The writes, encoded (`writes.Writes.take`)."""
 
@@ -57,6 +58,7 @@ class Member:
             self.attempt,
             self.now,
             self.policy_hash,
+            self.childless,
             self.ops,
         )
 
@@ -70,6 +72,7 @@ class Member:
             "attempt": self.attempt,
             "now": None if self.now is None else self.now.isoformat(),
             "policy_hash": self.policy_hash,
+            "childless": self.childless,
             "ops": orjson.Fragment(self.ops),
         }
 

@@ -251,6 +251,7 @@ class PostgresTransaction:
             None if lease is None else lease.attempt,
             unchanged.now,
             unchanged.policy_hash,
+            unchanged.childless,
             self._writes.take(),
         )
 

@@ -405,9 +405,9 @@ def load_completion(
     )
 
 
-_SEQ = "SELECT last_event_seq FROM executions WHERE id = ?"
+_SEQ = "SELECT last_event_seq, has_children FROM executions WHERE id = ?"
 _SEQ_AND_BUNDLE = """
-    SELECT e.last_event_seq, COALESCE(e.policy_bundle, a.policy_bundle)
+    SELECT e.last_event_seq, e.has_children, COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e LEFT JOIN agents a ON a.id = e.agent_id WHERE e.id = ?
 """
 
@@ -418,7 +418,9 @@ def still_unchanged(conn: sqlite3.Connection, execution_id: str, unchanged: Unch
     row = conn.execute(_SEQ if hashed is None else _SEQ_AND_BUNDLE, (execution_id,)).fetchone()
     if row is None or row[0] != unchanged.last_event_seq:
         return False
-    if hashed is not None and identity.policy_hash(row[1] or "") != hashed:
+    if unchanged.childless and row[1]:
+        return False
+    if hashed is not None and identity.policy_hash(row[2] or "") != hashed:
         return False
     lease, now = unchanged.lease, unchanged.now
     if lease is None or now is None:
