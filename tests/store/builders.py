@@ -14,7 +14,7 @@ from typing import Any
 from rebuno.kernel.domain import identity
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
-from rebuno.kernel.store.base import StepKey, Store
+from rebuno.kernel.store.base import Stale, StepKey, Store, Unchanged
 from rebuno.protocol.enums import (
     ApprovalStatus,
     DispatchStatus,
@@ -183,3 +183,19 @@ async def seed_in_flight(
         locked_by="r1",
         locked_at=locked_at,
     )
+
+
+async def append_optimistically(
+    store: Store, seen: Execution, unchanged: Unchanged | None = None, seq: int | None = None
+) -> bool:
+    """One optimistic transaction on the record `seen` (by default its own `last_event_seq` is
+    the condition) appending an event at `seq` (the next one by default); whether it applied."""
+    at = seen.last_event_seq + 1 if seq is None else seq
+    condition = Unchanged(seen.last_event_seq) if unchanged is None else unchanged
+    try:
+        async with store.transaction(seen.id, condition) as tx:
+            await tx.append_events([event(seen.id, at, type="step.proposed")])
+            await tx.update_execution(replace(seen, last_event_seq=at))
+    except Stale:
+        return False
+    return True

@@ -22,8 +22,8 @@ import psycopg
 import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Execution, Lease, Step
-from rebuno.kernel.store.base import Stale, Unchanged, Wanted
+from rebuno.kernel.domain.records import Lease, Step
+from rebuno.kernel.store.base import Stale, Wanted
 from rebuno.kernel.store.postgres import PostgresStore, group, writes
 from rebuno.kernel.store.postgres.connection import execution_lock_key
 from rebuno.kernel.store.postgres.migrations import available
@@ -31,6 +31,7 @@ from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus, StepStatus
 from tests.store.builders import (
     KEY,
+    append_optimistically,
     dispatch,
     event,
     execution,
@@ -335,33 +336,12 @@ async def test_optimistic_writes_from_two_replicas_on_one_record_apply_once(
     created = await seed_execution(replicas[0])
     seen = await replicas[0].get_execution(created.id)
 
-    async def append_on_seen(store: PostgresStore) -> bool:
-        try:
-            async with store.transaction(created.id, Unchanged(seen.last_event_seq)) as tx:
-                seq = seen.last_event_seq + 1
-                await tx.append_events([event(created.id, seq, type="step.proposed")])
-                await tx.update_execution(replace(seen, last_event_seq=seq))
-        except Stale:
-            return False
-        return True
-
-    applied = await asyncio.gather(*(append_on_seen(replicas[i % 2]) for i in range(20)))
+    applied = await asyncio.gather(
+        *(append_optimistically(replicas[i % 2], seen) for i in range(20))
+    )
 
     assert applied.count(True) == 1
     assert [e.event_seq for e in await replicas[1].list_events(created.id, 0, 100)] == [1]
-
-
-async def _append_on(store: PostgresStore, seen: Execution, seq: int | None = None) -> bool:
-    """One optimistic transaction appending an event at `seq` (the next one by default);
-    whether it applied."""
-    at = seen.last_event_seq + 1 if seq is None else seq
-    try:
-        async with store.transaction(seen.id, Unchanged(seen.last_event_seq)) as tx:
-            await tx.append_events([event(seen.id, at, type="step.proposed")])
-            await tx.update_execution(replace(seen, last_event_seq=at))
-    except Stale:
-        return False
-    return True
 
 
 async def test_optimistic_transactions_ready_at_once_all_commit(
@@ -371,7 +351,7 @@ async def test_optimistic_transactions_ready_at_once_all_commit(
     store = replicas[0]
     seeded = [await seed_execution(store) for _ in range(3 * group.LANES + 5)]
 
-    applied = await asyncio.gather(*(_append_on(store, seen) for seen in seeded))
+    applied = await asyncio.gather(*(append_optimistically(store, seen) for seen in seeded))
 
     assert applied == [True] * len(seeded)
     for seen in seeded:
@@ -387,12 +367,12 @@ async def test_a_group_member_that_fails_fails_alone(
     store = replicas[0]
     seeded = [await seed_execution(store) for _ in range(group.LANES + 4)]
     broken = seeded[-1]
-    await _append_on(store, broken)  # event 1 exists: a second event 1 breaks the key
+    await append_optimistically(store, broken)  # event 1 exists: a second event 1 breaks the key
     broken = await store.get_execution(broken.id)
 
     outcomes = await asyncio.gather(
-        *(_append_on(store, seen) for seen in seeded[:-1]),
-        _append_on(store, broken, seq=1),
+        *(append_optimistically(store, seen) for seen in seeded[:-1]),
+        append_optimistically(store, broken, seq=1),
         return_exceptions=True,
     )
 
@@ -421,7 +401,7 @@ async def test_a_group_member_whose_execution_is_locked_does_not_wait(
     await holding.wait()
     try:
         outcomes = await asyncio.wait_for(
-            asyncio.gather(*(_append_on(store, seen) for seen in seeded)), 30
+            asyncio.gather(*(append_optimistically(store, seen) for seen in seeded)), 30
         )
     finally:
         release.set()

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, NotFound
-from rebuno.kernel.domain.records import Execution
-from rebuno.kernel.store.base import ExecutionFilter, Stale, StepKey, Store, Unchanged
+from rebuno.kernel.store.base import ExecutionFilter, StepKey, Store, Unchanged
 from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
 from tests.store.builders import (
     KEY,
+    append_optimistically,
     event,
     execution,
     hex_id,
@@ -480,25 +480,13 @@ async def test_has_indeterminate_step_needs_same_key_failed_indeterminate(store:
 # -- optimistic transactions -----------------------------------------------------------------
 
 
-async def _append_unless_moved(store: Store, seen: Execution, unchanged: Unchanged) -> bool:
-    """One optimistic transaction appending the next event on `seen`; whether it applied."""
-    at = seen.last_event_seq + 1
-    try:
-        async with store.transaction(seen.id, unchanged) as tx:
-            await tx.append_events([event(seen.id, at, type="step.proposed")])
-            await tx.update_execution(replace(seen, last_event_seq=at))
-    except Stale:
-        return False
-    return True
-
-
 async def test_an_optimistic_transaction_applies_only_on_the_record_it_was_built_on(
     store: Store,
 ) -> None:
     seen = await seed_execution(store)
 
-    assert not await _append_unless_moved(store, seen, Unchanged(seen.last_event_seq + 1))
-    assert await _append_unless_moved(store, seen, Unchanged(seen.last_event_seq))
+    assert not await append_optimistically(store, seen, Unchanged(seen.last_event_seq + 1))
+    assert await append_optimistically(store, seen, Unchanged(seen.last_event_seq))
     assert (await store.get_execution(seen.id)).last_event_seq == seen.last_event_seq + 1
 
 
@@ -510,5 +498,5 @@ async def test_a_childless_optimistic_transaction_does_not_apply_once_a_child_wa
         await tx.mark_parent(seen.id)  # as a child's create does: the record does not move
 
     childless = Unchanged(seen.last_event_seq, childless=True)
-    assert not await _append_unless_moved(store, seen, childless)
-    assert await _append_unless_moved(store, seen, Unchanged(seen.last_event_seq))
+    assert not await append_optimistically(store, seen, childless)
+    assert await append_optimistically(store, seen, Unchanged(seen.last_event_seq))

@@ -455,9 +455,7 @@ class ExecutionUseCases(ServiceBase):
         reports (`step-records`) only on a run with no step yet, where they take their first
         occurrences. Returns the record written, or None when something changed (or the
         request carries anything else), for the ordinary way."""
-        acked = run.execution
-        if acked.status.is_terminal:
-            return None
+        execution = run.execution
         completing: list[Step] = []
         for outcome in outcomes:
             if isinstance(outcome, StepRecord):
@@ -467,14 +465,14 @@ class ExecutionUseCases(ServiceBase):
                 completing.append(run.executing[outcome.step_id])
             else:
                 return None
-        check_owner(acked, agent_id)
+        check_owner(execution, agent_id)
         now = self.clock()
-        unchanged = Unchanged(acked.last_event_seq, lease, now, childless=True)
+        unchanged = Unchanged(execution.last_event_seq, lease, now, childless=True)
         try:
-            async with self.transaction(acked.id, unchanged) as tx:
+            async with self.transaction(execution.id, unchanged) as tx:
                 done = await finish_execution(
                     tx,
-                    acked,
+                    execution,
                     status,
                     output,
                     reason,
