@@ -40,6 +40,7 @@ EXAMPLES = {
 }
 # The top-level entries of the repository a document's commands may refer to.
 _MIRRORED = (".venv", "bench", "docs", "scripts", "src", "tests", "Makefile", "pyproject.toml")
+_ADDRESS = re.compile(r"((?:127\.0\.0\.1|localhost):|\bport=)(\d+)\b")
 _ENV_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
 
 
@@ -125,12 +126,14 @@ class Environment:
         """`text` with the documents' default addresses replaced by the ones in use here."""
         defaults = {"kernel": KERNEL_PORT, "stub": STUB_PORT}
         defaults |= {agent: port for agent, (_, port) in EXAMPLES.items()}
-        for name, default in defaults.items():
-            port = self.ports[name]
-            for host in ("127.0.0.1", "localhost"):
-                text = text.replace(f"{host}:{default}", f"{host}:{port}")
-            text = re.sub(rf"\bport=({default})\b", f"port={port}", text)
-        return text
+        in_use = {str(default): str(self.ports[name]) for name, default in defaults.items()}
+
+        def moved(match: re.Match[str]) -> str:
+            return match[1] + in_use.get(match[2], match[2])
+
+        # One pass over the whole numbers: replacing one address after another would rewrite
+        # a port just put in whose digits begin with another default (50103 after 5010).
+        return _ADDRESS.sub(moved, text)
 
     def already_running(self, command: str) -> bool:
         """Whether a shell command starts a part of this environment (the kernel the quick start
