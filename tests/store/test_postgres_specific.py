@@ -23,7 +23,7 @@ import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Lease, Step
-from rebuno.kernel.store.base import Stale, Wanted
+from rebuno.kernel.store.base import Stale, Unchanged, Wanted
 from rebuno.kernel.store.postgres import PostgresStore, group, writes
 from rebuno.kernel.store.postgres.connection import execution_lock_key
 from rebuno.kernel.store.postgres.migrations import available
@@ -575,11 +575,22 @@ async def test_watch_dispatches_reports_creations_and_status_changes_of_another_
                 await tx.append_events([event(created.id, seq, type="step.proposed")])
                 await tx.update_execution(replace(read, status=status, last_event_seq=seq))
 
+        async def moved_optimistically(status: ExecutionStatus) -> None:
+            # What a followed run writes: nothing read in the transaction, the status of the
+            # record it was built from given with its condition.
+            read = await replicas[0].get_execution(created.id)
+            seq = read.last_event_seq + 1
+            unchanged = Unchanged(read.last_event_seq, status=read.status)
+            async with replicas[0].transaction(created.id, unchanged) as tx:
+                await tx.append_events([event(created.id, seq, type="step.proposed")])
+                await tx.update_execution(replace(read, status=status, last_event_seq=seq))
+
         await moved(ExecutionStatus.RUNNING)
         await moved(ExecutionStatus.RUNNING, step=True)
+        await moved_optimistically(ExecutionStatus.RUNNING)
         await moved(ExecutionStatus.BLOCKED)
         await moved(ExecutionStatus.BLOCKED)
-        await moved(ExecutionStatus.RUNNING)
+        await moved_optimistically(ExecutionStatus.RUNNING)
         await moved(ExecutionStatus.COMPLETED)
         async with replicas[0].transaction(created.id) as tx:
             await tx.insert_dispatch(dispatch(created.id))

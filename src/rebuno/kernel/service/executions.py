@@ -467,7 +467,9 @@ class ExecutionUseCases(ServiceBase):
                 return None
         check_owner(execution, agent_id)
         now = self.clock()
-        unchanged = Unchanged(execution.last_event_seq, lease, now, childless=True)
+        unchanged = Unchanged(
+            execution.last_event_seq, lease, now, childless=True, status=execution.status
+        )
         try:
             async with self.transaction(execution.id, unchanged) as tx:
                 done = await finish_execution(

@@ -212,7 +212,9 @@ class StepUseCases(ServiceBase):
             return None
         now = self.clock()
         hashed = verdict.policy_hash or EMPTY_POLICY_HASH  # set when a bundle gave it
-        unchanged = Unchanged(execution.last_event_seq, lease, now, policy_hash=hashed)
+        unchanged = Unchanged(
+            execution.last_event_seq, lease, now, policy_hash=hashed, status=execution.status
+        )
         batch = EventBatch(execution, now)
         executing = [
             run.executing[o.step_id]

@@ -218,13 +218,16 @@ class Unchanged:
     (its own, else its agent's) still has that hash (§35.6; the hash of the empty text when
     it has none): policy changes without moving the execution. With `childless`, also only
     while no sub-agent has been started from it (`has_children`): a child's create marks its
-    parent without moving it (§25.6)."""
+    parent without moving it (§25.6). `status` is that record's status, when the writer
+    knows it: an update that keeps it is then not announced to the other replicas (§40.5),
+    as it would not be from a transaction that read it under the lock."""
 
     last_event_seq: int
     lease: Lease | None = None
     now: datetime | None = None
     policy_hash: str | None = None
     childless: bool = False
+    status: ExecutionStatus | None = None
 
 
 class Stale(Exception):

@@ -171,6 +171,11 @@ class PostgresTransaction:
             raise RuntimeError(_WRITES_ONLY)
         return self._session
 
+    def read_status(self, execution_id: str, status: ExecutionStatus) -> None:
+        """The execution's status as read before this transaction (an optimistic one's
+        condition holds it to that record): an update that keeps it announces nothing."""
+        self._read[execution_id] = status
+
     def _seen(self, execution: Execution) -> Execution:
         self._read[execution.id] = execution.status
         return execution
@@ -520,6 +525,8 @@ async def optimistic(
     collects writes, and leaving it sends them as one statement, through the group commit;
     raises `Stale` when its condition did not hold. No connection is held meanwhile."""
     tx = PostgresTransaction(None, server, None, tag)
+    if unchanged.status is not None:
+        tx.read_status(execution_id, unchanged.status)
     yield tx
     if not await group.apply(tx.unchanged_member(execution_id, unchanged)):
         raise Stale(f"execution {execution_id} changed since it was read")
