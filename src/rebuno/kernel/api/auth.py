@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -124,25 +124,23 @@ class Authenticator:
             return False
         return True
 
-    async def require_known_agent(self, headers: Headers) -> str:
-        """The secret of the agent the headers name, checked before any body is read: a
+    async def require_known_agent(self, headers: Headers) -> KnownAgent:
+        """The agent the headers name, with its secret, checked before any body is read: a
         request naming no agent, or an unknown one, is refused without reading it."""
         agent_id = _exactly_once(headers, AGENT_ID_HEADER)
         if not is_agent_id(agent_id):  # never looked up, so never remembered either
             raise Unauthorized(_SIGNATURE_FAILED)
-        _exactly_once(headers, SIGNATURE_HEADER)
+        signature = _exactly_once(headers, SIGNATURE_HEADER)
         secret = await self._secret_of(agent_id)
         if secret is None:
             raise Unauthorized(_SIGNATURE_FAILED)
-        return secret
+        return KnownAgent(agent_id, signature, secret)
 
-    async def require_agent(self, request: Request, body: bytes) -> AgentCaller:
-        """The authenticated agent and its request, or `Unauthorized`."""
-        headers = request.headers
-        agent_id = _exactly_once(headers, AGENT_ID_HEADER)
-        signature = _exactly_once(headers, SIGNATURE_HEADER)
-        fields = _signed_fields(headers)
-        secret = await self.require_known_agent(headers)
+    def require_agent(self, request: Request, body: bytes, known: KnownAgent) -> AgentCaller:
+        """The authenticated agent and its request, or `Unauthorized`: the signature
+        `known` read from the headers, checked over the body."""
+        agent_id, signature, secret = known.agent_id, known.signature, known.secret
+        fields = _signed_fields(request.headers)
         if signature.startswith(REQUEST_SCHEME_PREFIX):
             if not self._verify_request(request.scope, secret, fields, body, signature):
                 raise Unauthorized(_SIGNATURE_FAILED)
@@ -247,6 +245,16 @@ def _signed_fields(headers: Headers) -> SignedFields:
 
 
 @dataclass(frozen=True, slots=True)
+class KnownAgent:
+    """An agent's request as its headers name it, before its body is read: the agent, the
+    signature it sent and the agent's secret."""
+
+    agent_id: str
+    signature: str
+    secret: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
     """An authenticated request: its body, and the agent id when an agent signed it."""
 
@@ -334,9 +342,9 @@ class Gate:
         return await read_body(request, self._limit, self._timeout), principal
 
     async def agent(self, request: Request) -> AgentCaller:
-        await self._auth.require_known_agent(request.headers)
+        known = await self._auth.require_known_agent(request.headers)
         body = await read_body(request, self._limit, self._timeout)
-        return await self._auth.require_agent(request, body)
+        return self._auth.require_agent(request, body, known)
 
     async def client_or_agent(self, request: Request) -> Caller:
         if is_agent_request(request.headers):

@@ -162,8 +162,7 @@ class ServiceBase:
             await inherit(tx, admitted.id, inherited, batch)
             admitted = replace(admitted, has_resources=bool(inherited))
         await self.enqueue(tx, batch, self.new_dispatch(admitted.id, now))
-        await flush(tx, admitted, batch)
-        return replace(admitted, last_event_seq=batch.last_seq)
+        return await flush(tx, admitted, batch)
 
     async def release_session(self, session: str) -> None:
         """Admits the session's next waiter when nothing holds it: the follow-up of every
@@ -181,10 +180,12 @@ class ServiceBase:
         raise NotImplementedError
 
 
-async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> None:
-    """Appends the batch and moves the execution's `last_event_seq` with it."""
-    if not batch.events:
-        return
-    await tx.append_events(batch.events)
-    metrics.record_events(batch.events)
-    await tx.update_execution(replace(execution, last_event_seq=batch.last_seq))
+async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> Execution:
+    """Appends the batch and moves the execution's `last_event_seq` with it; returns the
+    record as written (written only when the batch holds events)."""
+    written = replace(execution, last_event_seq=batch.last_seq)
+    if batch.events:
+        await tx.append_events(batch.events)
+        metrics.record_events(batch.events)
+        await tx.update_execution(written)
+    return written

@@ -195,8 +195,7 @@ class DispatchUseCases(ServiceBase):
                 reason=reason[:MAX_FAILURE_REASON] or "delivery failed",
                 redelivery=redelivery,
             )
-            await flush(tx, execution, batch)
-            execution = replace(execution, last_event_seq=batch.last_seq)
+            execution = await flush(tx, execution, batch)
             if not await _still_owns(tx, dispatch):
                 return
             if dispatch.attempt < dispatch.max_attempts:
@@ -291,8 +290,7 @@ async def _acknowledge(
         EventType.DISPATCH_ACKED, claimed.dispatch, "acked", redelivery=_redelivery(claimed)
     )
     started = mark_started(execution, batch)
-    await flush(tx, started, batch)
-    return replace(started, last_event_seq=batch.last_seq)
+    return await flush(tx, started, batch)
 
 
 def _requeued(dispatch: Dispatch, retry_at: datetime, now: datetime) -> Dispatch:

@@ -184,8 +184,7 @@ class ExecutionUseCases(ServiceBase):
             await tx.insert_execution(execution)
             if session is None:
                 await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
-            await flush(tx, execution, batch)
-            execution = replace(execution, last_event_seq=batch.last_seq)
+            execution = await flush(tx, execution, batch)
             if session is not None:
                 # FIFO: the new one is let run only when nothing older waits (§24.3).
                 admitted = await self._admit_next(tx, session, now)
@@ -552,8 +551,7 @@ async def finish_execution(
         done = transition(execution, status, now, failure_reason=reason)
         batch.execution(EventType.EXECUTION_FAILED, done, reason=reason)
     await tx.retire_dispatches(execution.id, now)
-    await flush(tx, done, batch)
-    return replace(done, last_event_seq=batch.last_seq)
+    return await flush(tx, done, batch)
 
 
 def _same_spawn(earlier: Execution, origin: Origin) -> Execution:

@@ -125,11 +125,11 @@ class ForkUseCases(ServiceBase):
                     batch,
                 )
             await self.enqueue(tx, batch, self.new_dispatch(fork.id, now))
-            await flush(tx, fork, batch)
+            fork = await flush(tx, fork, batch)
         self.shortcuts.created(fork.id)
         self.activity.touched(fork.id)
         self.wake()
-        return replace(fork, last_event_seq=batch.last_seq)
+        return fork
 
     async def with_restoration(self, execution: Execution) -> Execution:
         """A fork with what it restored (§33.8.2), read apart: only a fork has any."""

@@ -141,7 +141,7 @@ class StepUseCases(ServiceBase):
             plan = decide(submitted, batch, self.rules)
             await self._apply(tx, plan, batch, lease, key, slot)
             woke = any(e.type == EventType.DISPATCH_QUEUED for e in batch.events)
-            await flush(tx, plan.execution, batch)
+            written = await flush(tx, plan.execution, batch)
         if woke:
             self.wake()
         # Looked up after the commit: the acknowledgement may have been remembered meanwhile.
@@ -149,7 +149,7 @@ class StepUseCases(ServiceBase):
             if any(isinstance(o, StepRecord) for o in outcomes):
                 self.shortcuts.forget(execution_id)  # reported steps: not followed
             else:
-                self._advanced(run, sub.execution, plan, batch, sub.policy_bundle, outcomes)
+                self._advanced(run, sub.execution, plan, written, sub.policy_bundle, outcomes)
         metrics.step_decided(request.kind, plan.decision.decision, slot.recorded is not None)
         if submitted.verdict is not None:
             metrics.new_step_decided(plan.decision)
@@ -238,11 +238,11 @@ class StepUseCases(ServiceBase):
                 )
                 plan = decide(submitted, batch, self.rules)
                 await self._apply(tx, plan, batch, lease, _key(request), slot)
-                await flush(tx, plan.execution, batch)
+                written = await flush(tx, plan.execution, batch)
         except Stale:
             self.shortcuts.forget(execution.id)
             return None
-        self._advanced(run, execution, plan, batch, run.bundle, outcomes)
+        self._advanced(run, execution, plan, written, run.bundle, outcomes)
         metrics.step_decided(request.kind, plan.decision.decision, recorded=False)
         metrics.new_step_decided(plan.decision)
         if not run.bundle:
@@ -254,19 +254,20 @@ class StepUseCases(ServiceBase):
         run: Run,
         before: Execution,
         plan: Plan,
-        batch: EventBatch,
+        after: Execution,
         bundle: str | None,
         outcomes: Sequence[Carried],
     ) -> None:
-        """Tells the run what a submission on the record `before` committed."""
-        written = [s for s in (plan.insert_step, plan.update_step) if s is not None]
+        """Tells the run what a submission on the record `before` committed (`after`, as
+        `flush` wrote it)."""
+        recorded = [s for s in (plan.insert_step, plan.update_step) if s is not None]
         self.shortcuts.advanced(
             run.lease,
             before.last_event_seq,
-            replace(plan.execution, last_event_seq=batch.last_seq),
+            after,
             bundle,
             [o.step_id for o in outcomes if isinstance(o, StepOutcome)],
-            written,
+            recorded,
         )
 
     @cached_property
