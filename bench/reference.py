@@ -55,7 +55,7 @@ def reference(ctx: Context) -> Outcome:
             server.wait_for_port(port)
             base = f"http://127.0.0.1:{port}"
             reps = [
-                asyncio.run(_measure(base, sizes.ref_steps, sizes.b_clients))
+                asyncio.run(_measure(base, sizes.ref_steps, sizes.ref_rate_steps, sizes.b_clients))
                 for _ in range(sizes.reps)
             ]
         finally:
@@ -65,8 +65,9 @@ def reference(ctx: Context) -> Outcome:
     return outcome
 
 
-async def _measure(base: str, steps: int, clients: int) -> tuple[float, float]:
-    """The median step time of one client, and the steps per second of `clients` at once."""
+async def _measure(base: str, steps: int, rate_steps: int, clients: int) -> tuple[float, float]:
+    """The median time of `steps` steps of one client, and the steps per second of `clients`
+    at once over `rate_steps` steps, timed once every client's connection is open."""
     pool = Pool(base, timeout=30.0, max_connections=clients, max_idle=clients)
     try:
         for _ in range(20):
@@ -76,7 +77,8 @@ async def _measure(base: str, steps: int, clients: int) -> tuple[float, float]:
             started = time.perf_counter()
             await _step(pool)
             times.append(time.perf_counter() - started)
-        remaining = steps * 2
+        await asyncio.gather(*(_step(pool) for _ in range(clients)))
+        remaining = rate_steps
 
         async def worker() -> None:
             nonlocal remaining
@@ -86,7 +88,7 @@ async def _measure(base: str, steps: int, clients: int) -> tuple[float, float]:
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
-        rate = steps * 2 / (time.perf_counter() - started)
+        rate = rate_steps / (time.perf_counter() - started)
     finally:
         await pool.aclose()
     return median(times) * MS, rate

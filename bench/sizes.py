@@ -24,6 +24,10 @@ class Sizes:
     A and B, with D, run in each agent mode (bench/modes.py); the modes beside the headline
     repeat `mode_reps` times (at most `reps`).
 
+    The bare reference times `ref_steps` steps of one client, then `ref_rate_steps` steps of
+    B's clients at once: long enough (about a second) that a stall of the shared machine
+    does not decide its rate.
+
     `pg_workers` runs the PostgreSQL kernel as `rebuno server --workers N` (D then sums the
     supervisor and its workers). `step_records=0` runs the kernel with
     `REBUNO_STEP_RECORDS=false`, so every step is submitted before it runs, even in the
@@ -44,6 +48,7 @@ class Sizes:
     e_min_replayed_steps: int = 30
     floor_commits: int = 500
     ref_steps: int = 500
+    ref_rate_steps: int = 3000
     lease_seconds: int = 2
     wait_timeout: float = 120.0
     pg_workers: int = 1
@@ -68,4 +73,5 @@ QUICK = Sizes(
     e_min_replayed_steps=1,
     floor_commits=20,
     ref_steps=20,
+    ref_rate_steps=40,
 )
