@@ -186,16 +186,22 @@ async def seed_in_flight(
 
 
 async def append_optimistically(
-    store: Store, seen: Execution, unchanged: Unchanged | None = None, seq: int | None = None
+    store: Store,
+    seen: Execution,
+    unchanged: Unchanged | None = None,
+    seq: int | None = None,
+    status: ExecutionStatus | None = None,
 ) -> bool:
     """One optimistic transaction on the record `seen` (by default its own `last_event_seq` is
-    the condition) appending an event at `seq` (the next one by default); whether it applied."""
+    the condition) appending an event at `seq` (the next one by default) and writing the
+    record back with `status` (its own by default); whether it applied."""
     at = seen.last_event_seq + 1 if seq is None else seq
     condition = Unchanged(seen.last_event_seq) if unchanged is None else unchanged
+    written = replace(seen, last_event_seq=at, status=status or seen.status)
     try:
         async with store.transaction(seen.id, condition) as tx:
             await tx.append_events([event(seen.id, at, type="step.proposed")])
-            await tx.update_execution(replace(seen, last_event_seq=at))
+            await tx.update_execution(written)
     except Stale:
         return False
     return True

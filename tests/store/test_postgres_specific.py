@@ -579,11 +579,7 @@ async def test_watch_dispatches_reports_creations_and_status_changes_of_another_
             # What a followed run writes: nothing read in the transaction, the status of the
             # record it was built from given with its condition.
             read = await replicas[0].get_execution(created.id)
-            seq = read.last_event_seq + 1
-            unchanged = Unchanged(read.last_event_seq, status=read.status)
-            async with replicas[0].transaction(created.id, unchanged) as tx:
-                await tx.append_events([event(created.id, seq, type="step.proposed")])
-                await tx.update_execution(replace(read, status=status, last_event_seq=seq))
+            assert await append_optimistically(replicas[0], read, Unchanged.on(read), status=status)
 
         await moved(ExecutionStatus.RUNNING)
         await moved(ExecutionStatus.RUNNING, step=True)

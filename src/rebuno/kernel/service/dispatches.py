@@ -166,8 +166,7 @@ class DispatchUseCases(ServiceBase):
         lease = Lease(dispatch.id, dispatch.attempt)
         if not seen.status.is_terminal:
             with contextlib.suppress(Stale):
-                unchanged = Unchanged(seen.last_event_seq, status=seen.status)
-                async with self.transaction(seen.id, unchanged) as tx:
+                async with self.transaction(seen.id, Unchanged.on(seen)) as tx:
                     acked = await _acknowledge(tx, claimed, seen, self.clock())
                 self.shortcuts.acknowledged(lease, seen.last_event_seq, acked)
                 return

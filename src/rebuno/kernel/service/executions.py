@@ -466,9 +466,7 @@ class ExecutionUseCases(ServiceBase):
                 return None
         check_owner(execution, agent_id)
         now = self.clock()
-        unchanged = Unchanged(
-            execution.last_event_seq, lease, now, childless=True, status=execution.status
-        )
+        unchanged = Unchanged.on(execution, lease, now, childless=True)
         try:
             async with self.transaction(execution.id, unchanged) as tx:
                 done = await finish_execution(

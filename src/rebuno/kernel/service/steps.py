@@ -212,9 +212,7 @@ class StepUseCases(ServiceBase):
             return None
         now = self.clock()
         hashed = verdict.policy_hash or EMPTY_POLICY_HASH  # set when a bundle gave it
-        unchanged = Unchanged(
-            execution.last_event_seq, lease, now, policy_hash=hashed, status=execution.status
-        )
+        unchanged = Unchanged.on(execution, lease, now, policy_hash=hashed)
         batch = EventBatch(execution, now)
         executing = [
             run.executing[o.step_id]

@@ -220,7 +220,8 @@ class Unchanged:
     while no sub-agent has been started from it (`has_children`): a child's create marks its
     parent without moving it (§25.6). `status` is that record's status, when the writer
     knows it: an update that keeps it is then not announced to the other replicas (§40.5),
-    as it would not be from a transaction that read it under the lock."""
+    as it would not be from a transaction that read it under the lock. `on` takes both from
+    the record."""
 
     last_event_seq: int
     lease: Lease | None = None
@@ -228,6 +229,19 @@ class Unchanged:
     policy_hash: str | None = None
     childless: bool = False
     status: ExecutionStatus | None = None
+
+    @classmethod
+    def on(
+        cls,
+        record: Execution,
+        lease: Lease | None = None,
+        now: datetime | None = None,
+        *,
+        policy_hash: str | None = None,
+        childless: bool = False,
+    ) -> Unchanged:
+        """The condition of writes built from `record`: its `last_event_seq` and status."""
+        return cls(record.last_event_seq, lease, now, policy_hash, childless, record.status)
 
 
 class Stale(Exception):
