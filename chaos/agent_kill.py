@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.processes import free_port
+from tests.support import free_port
 
 from chaos.result import Figure, Result, Scale
 from chaos.rig import CRASH_POINTS, TERMINAL, Bodies, Programs, Verdict, kernel_on, ms

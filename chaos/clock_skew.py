@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 from tests.e2e.loopback import Delivery, WebhookReceiver
-from tests.e2e.processes import free_port
+from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import AGENT_ID, SECRET, InProcessKernel, Programs, fast_settings

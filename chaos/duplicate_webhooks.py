@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.processes import free_port
+from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import TERMINAL, Bodies, LogFaults, Programs, Verdict, dev_kernel, log_faults

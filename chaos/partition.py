@@ -30,7 +30,8 @@ from urllib.parse import SplitResult, urlsplit
 
 import httpx
 from bench.processes import AGENT_ID, fresh_store
-from tests.e2e.processes import FAST_RECOVERY, Server, free_port
+from tests.e2e.processes import FAST_RECOVERY, Server
+from tests.support import free_port
 
 from chaos.cluster import TOKEN, Cut, Proxy, connect, percentile, write_manifest
 from chaos.result import Result, Scale

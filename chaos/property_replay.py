@@ -22,8 +22,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
-from tests.e2e.processes import free_port
 from tests.sdk.provider import FakeProvider
+from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import CRASH_POINTS, Bodies, ForkedAgent, Programs, dev_kernel, stub_model

@@ -31,9 +31,9 @@ import httpx
 import uvicorn
 from bench.processes import fresh_store
 from bench.stats import percentile
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Server, free_port
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Server
 from tests.sdk.provider import FakeProvider
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import serve

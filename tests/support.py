@@ -1,6 +1,7 @@
 """Test support shared by every suite: a controllable clock, the `wait_until` poller (and its
 blocking twin for tests that drive processes), `parked` to know that a task waits on an event,
-and the two chores of a hand-written ASGI test server (its lifespan, a request's whole body).
+the two chores of a hand-written ASGI test server (its lifespan, a request's whole body), and
+`free_port` for the servers tests start.
 
 The polls here are the only place a test sleeps: everywhere else a test waits for a condition
 (tests/unit/test_no_sleeps.py holds the suites to that).
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -20,6 +23,12 @@ from typing import Any
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 _POLL_INTERVAL = 0.01
 _BLOCKING_POLL_INTERVAL = 0.02
+# Below Linux's default ephemeral range (32768-60999): a port from there, once the probe has
+# closed it, can become the source port of any outgoing connection (to PostgreSQL, say)
+# before the server the test starts binds it, and the server then exits with "Address
+# already in use". Ports handed out here never come from that range.
+_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
 
 
 class ManualClock:
@@ -65,6 +74,22 @@ def poll_until(condition: Callable[[], bool], timeout: float, message: str) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(_BLOCKING_POLL_INTERVAL)
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on, outside the ephemeral range and not handed out
+    before by this process, for a server a test is about to start."""
+    while True:
+        port = random.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 def parked(event: asyncio.Event | None) -> bool:

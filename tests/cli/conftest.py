@@ -13,12 +13,12 @@ import pytest
 from tests.cli.harness import (
     Process,
     child_env,
-    free_port,
     kernel_args,
     start_agent,
     wait_healthy,
     write_manifest,
 )
+from tests.support import free_port
 
 GATED = """
 rules:

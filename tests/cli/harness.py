@@ -25,13 +25,6 @@ SECRET = "agent-s3cret-value"
 CLI = [sys.executable, "-m", "rebuno.cli.main"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test's environment without any REBUNO_* setting that could leak in."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("REBUNO_")}

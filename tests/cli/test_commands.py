@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.cli.conftest import Stack
-from tests.cli.harness import CLI, child_env, free_port, rebuno, rebuno_json
-from tests.support import poll_until
+from tests.cli.harness import CLI, child_env, rebuno, rebuno_json
+from tests.support import free_port, poll_until
 
 
 def create(stack: Stack, agent_id: str, input_json: str) -> str:

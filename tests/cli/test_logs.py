@@ -17,7 +17,6 @@ from tests.cli.harness import (
     SECRET,
     Process,
     child_env,
-    free_port,
     kernel_args,
     rebuno,
     rebuno_json,
@@ -25,7 +24,7 @@ from tests.cli.harness import (
     wait_healthy,
     write_manifest,
 )
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 TOKEN = "bearer-T0KEN-for-the-log-test"
 OTHER_SECRET = "registered-0ver-the-api"

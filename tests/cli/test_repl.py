@@ -18,13 +18,12 @@ from tests.cli.harness import (
     CLI,
     Process,
     child_env,
-    free_port,
     kernel_args,
     start_agent,
     wait_healthy,
     write_manifest,
 )
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 PROMPT = "rebuno> "
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

@@ -23,8 +23,8 @@ from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.kernel.tracing import MISSING_EXTRA, CorrelationFilter, Tracing, current_ids
-from tests.cli.harness import child_env, free_port
-from tests.support import ManualClock
+from tests.cli.harness import child_env
+from tests.support import ManualClock, free_port
 
 SETTINGS = Settings(dev=True, db_url="sqlite:///unused", replica_id="replica-t")
 MISSING = "00000000-0000-7000-8000-000000000001"

@@ -24,13 +24,12 @@ from tests.cli.conftest import AGENTS, GATED, Stack
 from tests.cli.harness import (
     Process,
     child_env,
-    free_port,
     kernel_args,
     start_agent,
     wait_healthy,
     write_manifest,
 )
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.docs.blocks import blocks
-from tests.e2e.processes import Kernel, Process, free_port
-from tests.support import poll_until
+from tests.e2e.processes import Kernel, Process
+from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import sys
 import venv
@@ -19,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # Short leases and quick retries, so a crash is recovered from in about a second; enough
@@ -31,13 +30,6 @@ FAST_RECOVERY = {
     "REBUNO_DISPATCH_MAX_ATTEMPTS": "40",
 }
 COMPAT_ROOT = Path(os.environ.get("REBUNO_COMPAT_DIR", ROOT / ".cache" / "compat"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Process:
@@ -103,7 +95,11 @@ class Kernel(Process):
         args = [sys.executable, "-m", "rebuno.cli.main", mode]
         args += ["--listen-addr", f"127.0.0.1:{self.port}", *options]
         super().__init__(args, log, env)
-        poll_until(self._healthy, 20, f"the kernel on {self.url}\n{self.output()}")
+        try:
+            poll_until(self._healthy, 20, f"the kernel on {self.url}\n{self.output()}")
+        except BaseException:
+            self.kill()  # never left running behind a failed start
+            raise
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
@@ -185,10 +181,18 @@ def dev_or_replicas(
         log = directory / "kernel.log"
         return [Kernel(directory / "kernel.db", manifest, log, env=FAST_RECOVERY)]
     url = postgres_url()
-    return [
-        Server(url, token, directory / f"replica-{i}.log", manifest=manifest, env=FAST_RECOVERY)
-        for i in range(2)
-    ]
+    replicas: list[Kernel] = []
+    try:
+        for i in range(2):
+            log = directory / f"replica-{i}.log"
+            replicas.append(Server(url, token, log, manifest=manifest, env=FAST_RECOVERY))
+    except BaseException:
+        # A replica left running would keep claiming dispatches in the database, which the
+        # next test of this worker gets emptied (tests/pgfixtures.py).
+        for replica in replicas:
+            replica.kill()
+        raise
+    return replicas
 
 
 def official_sdk_python(version: str) -> Path:

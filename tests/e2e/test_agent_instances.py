@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import ROOT, Kernel, Process, Server, free_port
-from tests.support import poll_until
+from tests.e2e.processes import ROOT, Kernel, Process, Server
+from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 

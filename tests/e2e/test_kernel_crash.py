@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import (
-    FAST_RECOVERY,
-    ROOT,
-    Kernel,
-    Process,
-    free_port,
-    official_sdk_python,
-)
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, official_sdk_python
 from tests.e2e.test_official_sdk import manifest
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -21,15 +21,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.processes import (
-    ROOT,
-    Kernel,
-    Process,
-    dev_or_replicas,
-    free_port,
-    official_sdk_python,
-)
-from tests.support import poll_until
+from tests.e2e.processes import ROOT, Kernel, Process, dev_or_replicas, official_sdk_python
+from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

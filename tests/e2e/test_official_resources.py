@@ -12,14 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.processes import (
-    ROOT,
-    Kernel,
-    Process,
-    dev_or_replicas,
-    free_port,
-    official_sdk_python,
-)
+from tests.e2e.processes import ROOT, Kernel, Process, dev_or_replicas, official_sdk_python
+from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

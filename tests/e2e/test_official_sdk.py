@@ -11,16 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import (
-    FAST_RECOVERY,
-    ROOT,
-    Kernel,
-    Process,
-    Server,
-    free_port,
-    official_sdk_python,
-)
-from tests.support import poll_until
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server, official_sdk_python
+from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -25,7 +25,7 @@ import pytest
 from psycopg import sql
 
 from tests.e2e.loopback import AgentClient, Delivery, WebhookReceiver
-from tests.e2e.processes import Server, free_port
+from tests.e2e.processes import Server
 from tests.e2e.test_replicas import (
     AGENT,
     FAST,
@@ -36,7 +36,7 @@ from tests.e2e.test_replicas import (
     create,
     write_manifest,
 )
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, free_port
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process
 from tests.sdk.provider import FakeProvider
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server, free_port
-from tests.support import poll_until
+from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server
+from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

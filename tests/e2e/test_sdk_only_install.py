@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import ROOT, Kernel, Process, free_port
+from tests.e2e.processes import ROOT, Kernel, Process
+from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -22,10 +22,9 @@ from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.signing import verify_body
-from tests.e2e.processes import free_port
 from tests.kernel.conftest import AGENT, settings
 from tests.sdk.loopback import serving
-from tests.support import asgi_body, asgi_lifespan, wait_until
+from tests.support import asgi_body, asgi_lifespan, free_port, wait_until
 
 SECRET = "s3cret"
 
