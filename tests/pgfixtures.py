@@ -6,7 +6,9 @@ a test then gets `CREATE DATABASE rebuno_t_<uuid> TEMPLATE <template>` (a file c
 cheaper than migrating). After the test its database is emptied and kept for the worker's
 next test when its schema is still the template's (every table truncated but the migrations'
 record, its other sessions ended): that costs a fraction of a copy and a drop. A test that
-changed the schema, or a database that cannot be emptied, is dropped instead. When no server
+changed the schema, a database that cannot be emptied, and the database of a test that failed
+are dropped instead: a process such a test left behind (a kernel still claiming dispatches)
+finds its database gone rather than the next test's rows. When no server
 answers, the tests that need one are skipped with a message, or fail when `CI` is set.
 
 Loaded by `tests/conftest.py` through `pytest_plugins`.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -111,8 +113,24 @@ def _spares(postgres_template: str) -> Iterator[_Spares]:
             _drop(admin, name)
 
 
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Marks a test whose setup or call failed, for the teardown of its `postgres_url`."""
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
 @pytest.fixture
-def postgres_url(postgres_template: str, _spares: _Spares) -> Iterator[str]:
+def postgres_url(
+    postgres_template: str, _spares: _Spares, request: pytest.FixtureRequest
+) -> Iterator[str]:
     """The URL of a migrated database of its own, with no rows but the migrations' record."""
     with _admin() as admin:
         if _spares.names:
@@ -125,7 +143,12 @@ def postgres_url(postgres_template: str, _spares: _Spares) -> Iterator[str]:
         try:
             yield database_url(name)
         finally:
-            if len(_spares.names) < _SPARES_KEPT and _emptied(admin, name, _spares.schema):
+            failed = request.node.stash.get(_FAILED, False)
+            if (
+                not failed
+                and len(_spares.names) < _SPARES_KEPT
+                and _emptied(admin, name, _spares.schema)
+            ):
                 _spares.names.append(name)
             else:
                 _drop(admin, name)
