@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 
 import httpx
-
-from bench.processes import free_port
+from tests.support import free_port
 
 UPLOAD_BYTES = int(9.9 * 1024 * 1024)
 HEAD_TIMEOUT_SECONDS = 10

@@ -31,8 +31,9 @@ from typing import Any
 import httpx
 import uvicorn
 import uvloop
+from tests.support import free_port
 
-from bench.processes import Process, free_port
+from bench.processes import Process
 from bench.stats import median, percentile
 from rebuno._http import Pool, Timeout, TransportError
 

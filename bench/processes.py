@@ -2,7 +2,8 @@
 `rebuno server` on a fresh PostgreSQL database) and the benchmark agent.
 
 Each runs in its own session, so a SIGKILL takes it down exactly like a crash. Imports only
-the standard library, httpx and psycopg; never the kernel or the SDK.
+the standard library, httpx, psycopg and `tests.support` (for `free_port`, whose ports no
+outgoing connection can take); never the kernel or the SDK.
 """
 
 from __future__ import annotations
@@ -21,19 +22,13 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "bench-secret"
 TOKEN = "bench-token"
 AGENT_ID = "bench"
 PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def poll(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.005) -> None:

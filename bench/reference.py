@@ -23,9 +23,10 @@ from typing import Any
 import psycopg
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
+from tests.support import free_port
 
 from bench.outcome import Context, Outcome
-from bench.processes import Process, free_port, fresh_store
+from bench.processes import Process, fresh_store
 from bench.stats import median
 from rebuno._http import Pool
 

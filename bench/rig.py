@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import free_port
+
 from bench.processes import (
     DEFAULT_OPTIONS,
     TOKEN,
@@ -21,7 +23,6 @@ from bench.processes import (
     AgentProcess,
     Kernel,
     Store,
-    free_port,
     fresh_store,
 )
 from bench.sizes import Sizes

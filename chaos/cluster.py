@@ -29,9 +29,10 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from bench.processes import AGENT_ID, SECRET, Process, free_port
+from bench.processes import AGENT_ID, SECRET, Process
 from tests.e2e.processes import FAST_RECOVERY, Server
 from tests.e2e.test_postgres_restart import OWNER, Cluster
+from tests.support import free_port
 
 TOKEN = "chaos-token"
 TERMINAL_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
