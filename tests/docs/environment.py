@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import poll_until
+from tests.support import free_port, poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)
@@ -42,13 +42,6 @@ EXAMPLES = {
 _MIRRORED = (".venv", "bench", "docs", "scripts", "src", "tests", "Makefile", "pyproject.toml")
 _ADDRESS = re.compile(r"((?:127\.0\.0\.1|localhost):|\bport=)(\d+)\b")
 _ENV_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def listening(port: int) -> bool:

@@ -73,6 +73,7 @@ from tests.docs.blocks import (
     transcript,
 )
 from tests.docs.environment import Environment
+from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -140,7 +141,7 @@ def test_the_readme_and_the_cli_guide_name_every_command() -> None:
 def test_server_runs_on_an_sqlite_file(tmp_path: Path) -> None:
     """docs/deployment.md's single node: `rebuno server` on an SQLite file (four slashes, an
     absolute path), with a bearer token and a manifest, serves the manifest's agents."""
-    port = env_module.free_port()
+    port = free_port()
     database = tmp_path / "var" / "kernel.db"
     database.parent.mkdir()
     command = [str(env_module.PYTHON), "-m", "rebuno.cli.main", "server"]
@@ -260,7 +261,7 @@ def _serve_kernel(line: str, running: Environment) -> None:
     stop that takes too long)."""
     if running.already_running(_joined(line)):
         return
-    port = env_module.free_port()
+    port = free_port()
     command = _joined(line).split(" #", 1)[0]
     if _LISTEN_ADDR.search(command):
         command = _LISTEN_ADDR.sub(f"--listen-addr 127.0.0.1:{port}", command)
