@@ -12,22 +12,20 @@ Imports nothing from rebuno, so any suite may use it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 _POLL_INTERVAL = 0.01
 _BLOCKING_POLL_INTERVAL = 0.02
-# Below Linux's default ephemeral range (32768-60999): a port from there, once the probe has
-# closed it, can become the source port of any outgoing connection (to PostgreSQL, say)
-# before the server the test starts binds it, and the server then exits with "Address
-# already in use". Ports handed out here never come from that range.
-_PORTS = range(20000, 32768)
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _handed_out: set[int] = set()
 
 
@@ -74,6 +72,21 @@ def poll_until(condition: Callable[[], bool], timeout: float, message: str) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(_BLOCKING_POLL_INTERVAL)
+
+
+def _listening_ports() -> tuple[int, ...]:
+    """The ports `free_port` picks from: every unprivileged one outside the range this machine
+    takes the source ports of outgoing connections from (Linux's default, 32768-60999, when it
+    does not say). A port from that range, once the probe has closed it, can become the source
+    port of any outgoing connection (to PostgreSQL, say) before the server the test starts
+    binds it, and the server then exits with "Address already in use"."""
+    low, high = 32768, 60999
+    with contextlib.suppress(OSError, ValueError):
+        low, high = map(int, _EPHEMERAL.read_text().split())
+    return tuple(port for port in range(1024, 65536) if not low <= port <= high)
+
+
+_PORTS = _listening_ports()
 
 
 def free_port() -> int:
