@@ -28,7 +28,7 @@ from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import AGENT_ID, SECRET, InProcessKernel, Programs, fast_settings
-from rebuno.kernel.service.base import utc_now
+from rebuno.kernel.service.context import utc_now
 from rebuno.protocol import signing
 from rebuno.protocol.signing import TIMESTAMP_WINDOW_SECONDS
 

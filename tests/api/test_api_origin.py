@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rebuno.kernel.service import lifecycle
+from rebuno.kernel import background
 from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import AGENT, SECRET, AgentClient, assert_error, claim
 from tests.support import ManualClock
@@ -101,7 +101,7 @@ async def test_retention_releases_the_key(
     first = (await create(client, idempotency_key="k")).json()["id"]
     await client.post(f"/v0/executions/{first}/cancel")
     clock.advance(timedelta(hours=25))
-    await lifecycle.sweep(kernel)
+    await background.sweep(kernel)
 
     again = await create(client, idempotency_key="k")
     assert again.status_code == 201
@@ -243,14 +243,14 @@ async def test_retention_keeps_a_parent_while_an_execution_names_it(
     await finish(kernel, agent, parent, "complete", {"output": None, "state": {"turns": 1}})
     child = (await create(client, parent_execution_id=parent)).json()["id"]
     clock.advance(timedelta(hours=25))
-    await lifecycle.sweep(kernel)  # the parent is old and terminal; its child is live
+    await background.sweep(kernel)  # the parent is old and terminal; its child is live
 
     assert (await client.get(f"/v0/executions/{parent}")).status_code == 200
     assert await previous(agent, child) == {"state": {"turns": 1}}
 
     await client.post(f"/v0/executions/{child}/cancel")
     clock.advance(timedelta(hours=25))
-    await lifecycle.sweep(kernel)
-    await lifecycle.sweep(kernel)  # the child first; then nothing names the parent
+    await background.sweep(kernel)
+    await background.sweep(kernel)  # the child first; then nothing names the parent
     for gone in (child, parent):
         assert_error(await client.get(f"/v0/executions/{gone}"), 404, "not_found")

@@ -14,7 +14,6 @@ import httpx
 
 from rebuno.kernel.api.auth import seen_request
 from rebuno.kernel.domain.records import Execution, Lease, SeenRequest
-from rebuno.kernel.service.dispatches import reclaim_expired_leases
 from rebuno.kernel.service.executions import COPY_GRACE
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.extensions import AgentInstance
@@ -58,7 +57,7 @@ async def test_a_replayed_heartbeat_answers_the_same_and_does_not_renew_the_leas
     clock.advance(LEASE - timedelta(seconds=19))
 
     assert replayed.status_code == 204
-    assert await reclaim_expired_leases(kernel) == 1
+    assert await kernel.reclaim_expired_leases() == 1
 
 
 async def test_identical_heartbeats_within_the_grace_all_renew_the_lease(
@@ -73,7 +72,7 @@ async def test_identical_heartbeats_within_the_grace_all_renew_the_lease(
     clock.advance(LEASE - timedelta(seconds=1))
 
     assert again.status_code == 204
-    assert await reclaim_expired_leases(kernel) == 0
+    assert await kernel.reclaim_expired_leases() == 0
 
 
 async def test_a_fresh_heartbeat_still_renews_the_lease(
@@ -87,7 +86,7 @@ async def test_a_fresh_heartbeat_still_renews_the_lease(
     clock.advance(LEASE - timedelta(seconds=19))
 
     assert fresh.status_code == 204
-    assert await reclaim_expired_leases(kernel) == 0
+    assert await kernel.reclaim_expired_leases() == 0
 
 
 async def test_a_heartbeat_copy_sent_to_another_replica_is_known_there(
@@ -104,7 +103,7 @@ async def test_a_heartbeat_copy_sent_to_another_replica_is_known_there(
     )
     clock.advance(LEASE - timedelta(seconds=19))
 
-    assert await reclaim_expired_leases(kernel) == 1
+    assert await kernel.reclaim_expired_leases() == 1
 
 
 def _seen_of(captured: Captured) -> SeenRequest:
@@ -131,7 +130,7 @@ async def test_a_replayed_announcement_does_not_end_a_later_incarnations_work(
 
     assert replayed.status_code == 200
     assert replayed.json() == {"reclaimed": 0}
-    assert await reclaim_expired_leases(kernel) == 0
+    assert await kernel.reclaim_expired_leases() == 0
 
 
 async def test_a_replayed_step_completion_is_answered_as_a_replay_and_writes_nothing(

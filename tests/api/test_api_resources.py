@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 
-from rebuno.kernel.service.dispatches import reclaim_expired_leases
 from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import AGENT, AgentClient, assert_error, claim
 from tests.support import ManualClock
@@ -248,7 +247,7 @@ async def test_r5_resource_routes_after_the_end_and_after_a_reclaim(
 ) -> None:
     await run.register()
     clock.advance(timedelta(seconds=60))
-    await reclaim_expired_leases(kernel)
+    await kernel.reclaim_expired_leases()
     assert_error(await run.register(), 409, "lease_superseded")
     runner = replace(run, agent=replace(run.agent, lease=await claim(kernel, run.id)))
     await runner.agent.post(f"{run.base}/complete", {"output": "done"})
@@ -267,7 +266,7 @@ async def test_r6_an_orphaned_rerun_moves_the_generation_and_counts_once(
     first = await run.submit(WRITE, 1)
     assert first["resources"][0]["generation"] == 1
     clock.advance(timedelta(seconds=60))
-    await reclaim_expired_leases(kernel)
+    await kernel.reclaim_expired_leases()
     runner = replace(run, agent=replace(run.agent, lease=await claim(kernel, run.id)))
     again = await runner.submit(WRITE, 1)
     assert (again["decision"], again["step_id"]) == ("proceed", first["step_id"])

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from rebuno.kernel.service import lifecycle
-from rebuno.kernel.service.executions import finish_execution
+from rebuno.kernel import background
+from rebuno.kernel.decision.ending import Ending
+from rebuno.kernel.service.ending import finish_execution
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.enums import ExecutionStatus
 from tests.api.harness import AGENT, SECRET, AgentClient, assert_error, claim
@@ -161,12 +162,11 @@ async def test_the_sweep_admits_what_a_lost_release_left_waiting(
     # E1 ends without its follow-up, as when the kernel dies between the two transactions.
     async with kernel.store.transaction(e1) as tx:
         execution = await tx.get_execution(e1)
-        await finish_execution(
-            tx, execution, ExecutionStatus.FAILED, None, "lost", kernel.clock(), reached=False
-        )
+        lost = Ending(ExecutionStatus.FAILED, reason="lost", reached=False)
+        await finish_execution(tx, execution, lost, kernel.clock())
     assert await types(client, e2) == ["execution.created"]
 
-    await lifecycle.deadline_tick(kernel)
+    await background.deadline_tick(kernel)
 
     assert await types(client, e2) == ["execution.created", "dispatch.queued"]
 
@@ -186,7 +186,7 @@ async def test_a_waiter_past_its_deadline_is_skipped_then_cancelled(
 
     assert "admitted_at" in await shown(client, later)
     assert "admitted_at" not in await shown(client, overdue)
-    await lifecycle.deadline_tick(kernel)
+    await background.deadline_tick(kernel)
     assert (await shown(client, overdue))["failure_reason"] == "deadline_exceeded"
 
 
@@ -198,7 +198,7 @@ async def test_retention_takes_a_session_whole(
     waiter_session = [await create(client, session="w") for _ in range(2)]
     await client.post(f"/v0/executions/{waiter_session[0]}/cancel")  # the second is admitted
     clock.advance(timedelta(hours=25))
-    await lifecycle.sweep(kernel)
+    await background.sweep(kernel)
 
     assert_error(await client.get(f"/v0/executions/{old}"), 404, "not_found")
     for kept in waiter_session:  # one is live, so none goes
@@ -212,12 +212,12 @@ async def test_retention_keeps_a_session_another_session_continues(
     await finish(kernel, agent, parent, "complete", {"output": None})
     branch = await create(client, session="x", parent_execution_id=parent)
     clock.advance(timedelta(hours=25))
-    await lifecycle.sweep(kernel)
+    await background.sweep(kernel)
     assert (await client.get(f"/v0/executions/{parent}")).status_code == 200
 
     await client.post(f"/v0/executions/{branch}/cancel")
     clock.advance(timedelta(hours=25))
-    await lifecycle.sweep(kernel)
-    await lifecycle.sweep(kernel)
+    await background.sweep(kernel)
+    await background.sweep(kernel)
     for gone in (branch, parent):
         assert_error(await client.get(f"/v0/executions/{gone}"), 404, "not_found")

@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from rebuno.kernel import background
+from rebuno.kernel.decision.ending import completed
 from rebuno.kernel.domain.records import Lease
-from rebuno.kernel.service import lifecycle
-from rebuno.kernel.service.executions import finish_execution
+from rebuno.kernel.service.ending import finish_execution
 from rebuno.kernel.service.kernel import Kernel
-from rebuno.protocol.enums import ExecutionStatus
 from tests.api.harness import AGENT, SECRET, AgentClient, assert_error, claim
 
 CHILD = "researcher-child"
@@ -251,12 +251,10 @@ async def test_the_sweep_settles_what_a_lost_follow_up_left(family: Family) -> N
     # The child ends without its follow-ups, as when the kernel dies between the two.
     async with family.kernel.store.transaction(child) as tx:
         record = await tx.get_execution(child)
-        await finish_execution(
-            tx, record, ExecutionStatus.COMPLETED, '"late"', "", family.kernel.clock()
-        )
+        await finish_execution(tx, record, completed('"late"'), family.kernel.clock())
     assert (await family.shown(family.parent))["status"] == "blocked"
 
-    await lifecycle.deadline_tick(family.kernel)
+    await background.deadline_tick(family.kernel)
 
     assert (await family.step_of(step))["result"] == "late"
     assert (await family.shown(family.parent))["status"] == "running"

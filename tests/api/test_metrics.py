@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import ASGIApp
 
+from rebuno.kernel import background
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.metrics import HttpMetrics
-from rebuno.kernel.service import dispatches, lifecycle
 from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import AGENT, BASE_URL, SECRET, TOKEN, AgentClient, claim
@@ -146,7 +146,7 @@ async def test_step_decisions_policy_time_and_replay_after_a_reclaimed_lease(
     completed = await first.post(f"{steps_path}/{step_id}/complete", {"result": "ok"})
     assert completed.status_code == 200
     clock.advance(timedelta(seconds=31))
-    assert await dispatches.reclaim_expired_leases(kernel) == 1
+    assert await kernel.reclaim_expired_leases() == 1
     second = replace(agent, lease=await claim(kernel, execution.id))
     replayed = (await second.post(steps_path, SEARCH)).json()
 
@@ -369,7 +369,7 @@ async def test_a_failing_background_tick_counts_a_worker_error(anon: httpx.Async
         raise RuntimeError("the database went away")
 
     before = Scrape((await anon.get("/metrics")).text)
-    loop = asyncio.create_task(lifecycle.every(timedelta(hours=1), failing, "sweep", "singletons"))
+    loop = asyncio.create_task(background.every(timedelta(hours=1), failing, "sweep", "singletons"))
     try:
 
         async def counted() -> bool:

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
+from rebuno.kernel import background
 from rebuno.kernel.domain.errors import Conflict, Forbidden, LeaseSuperseded
 from rebuno.kernel.domain.principal import BOOTSTRAP
-from rebuno.kernel.service import lifecycle
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.enums import ApprovalStatus, Decision, ExecutionStatus, StepStatus
 from tests.kernel.conftest import AGENT, Run, claim, redeliver, request
@@ -110,7 +110,7 @@ async def test_expired_approval_denies_the_step_with_approval_timeout(
     run, _, approval_id = blocked
     clock.advance(timedelta(minutes=5, seconds=1))
 
-    assert await lifecycle.expire_approvals(kernel) == 1
+    assert await background.expire_approvals(kernel) == 1
     resumed = Run(kernel, run.execution_id, await claim(kernel, run.execution_id))
     decision = await resumed.submit(SHELL)
 
@@ -126,7 +126,7 @@ async def test_grant_racing_expiry_resolves_exactly_once(
 
     outcomes = await asyncio.gather(
         kernel.grant_approval(approval_id, "alice", "", BOOTSTRAP),
-        lifecycle.expire_approvals(kernel),
+        background.expire_approvals(kernel),
         return_exceptions=True,
     )
 
@@ -164,4 +164,4 @@ async def test_a_decision_at_or_after_the_timeout_resolves_the_approval_as_expir
     assert step.status is StepStatus.DENIED
     assert "approval_timeout" in (step.error or "")
     assert (await run.execution()).status is ExecutionStatus.RUNNING
-    assert await lifecycle.expire_approvals(run.kernel) == 0  # nothing left for the sweep
+    assert await background.expire_approvals(run.kernel) == 0  # nothing left for the sweep

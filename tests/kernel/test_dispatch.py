@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
+from rebuno.kernel.background import DispatchLoop
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.webhook import Targets
-from rebuno.kernel.service import dispatches
-from rebuno.kernel.service.dispatches import DispatchLoop
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
@@ -152,7 +151,7 @@ async def test_expired_lease_is_redelivered_with_the_next_attempt(
     await wait_until(lambda: len(agent.deliveries) == 1)
 
     async def reclaimed() -> bool:
-        await dispatches.reclaim_expired_leases(live_kernel)
+        await live_kernel.reclaim_expired_leases()
         return len(agent.deliveries) >= 2
 
     await wait_until(reclaimed, message="redelivery after the lease expired")
@@ -172,7 +171,7 @@ async def _dispatch_events(kernel: Kernel, execution_id: str) -> list[dict[str, 
 
 async def _expire_until_delivered(kernel: Kernel, agent: WebhookAgent, count: int) -> None:
     async def reclaimed() -> bool:
-        await dispatches.reclaim_expired_leases(kernel)
+        await kernel.reclaim_expired_leases()
         return len(agent.deliveries) >= count
 
     await wait_until(reclaimed, message="redelivery after the lease expired")

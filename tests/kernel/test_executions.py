@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
+from rebuno.kernel import background
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded, NotFound
-from rebuno.kernel.service import executions as executions_service
-from rebuno.kernel.service import lifecycle
+from rebuno.kernel.service import queries
 from rebuno.kernel.service.agents import SECRETS_REMEMBERED
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter, Store
@@ -75,7 +75,7 @@ async def test_deadline_cancels_overdue_executions(
     assert late.deadline_at is not None
     clock.advance(timedelta(minutes=2))
 
-    assert await lifecycle.cancel_overdue(kernel) == 1
+    assert await background.cancel_overdue(kernel) == 1
 
     cancelled = await kernel.get_execution(late.id)
     assert cancelled.status is ExecutionStatus.CANCELLED
@@ -90,7 +90,7 @@ async def test_retention_removes_old_terminal_executions_only(
     await kernel.cancel_execution(done.id)
     clock.advance(timedelta(hours=25))
 
-    await lifecycle.sweep(kernel)
+    await background.sweep(kernel)
 
     with pytest.raises(NotFound):
         await kernel.get_execution(done.id)
@@ -140,7 +140,7 @@ async def test_execution_long_poll_answers_at_once_for_one_that_ended_here(
 ) -> None:
     # Created here, so known live until it ends here; once it has, the poll reads at once
     # instead of waiting (for up to an hour, with this look interval).
-    monkeypatch.setattr(executions_service, "REPLICA_POLL_SECONDS", 3600)
+    monkeypatch.setattr(queries, "REPLICA_POLL_SECONDS", 3600)
     await run.kernel.cancel_execution(run.execution_id)
 
     done = await asyncio.wait_for(run.kernel.get_execution(run.execution_id, wait=30), 5)

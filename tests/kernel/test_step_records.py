@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from rebuno.kernel.domain.decision import StepOutcome, StepRecord
 from rebuno.kernel.domain.records import Agent, Dispatch, Execution
 from rebuno.kernel.service.dispatches import offered
-from rebuno.kernel.service.steps import wanted_by
+from rebuno.kernel.service.recording import wanted_by
 from rebuno.kernel.store.base import ClaimedDispatch, StepKey
 from rebuno.protocol.enums import Decision, DispatchStatus, ExecutionStatus, StepKind, StepStatus
 from rebuno.protocol.extensions import (

@@ -10,11 +10,10 @@ from datetime import timedelta
 
 import pytest
 
+from rebuno.kernel import background
 from rebuno.kernel.domain.dispatch import MAX_AGENT_LEASE_SECONDS
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Lease
-from rebuno.kernel.service import lifecycle
-from rebuno.kernel.service.dispatches import reclaim_expired_leases
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.store.sqlite import SqliteStore
@@ -55,12 +54,12 @@ async def test_a_lease_out_of_range_counts_as_a_week_and_never_stops_the_reaper(
     await raw_sql("UPDATE agents SET lease_timeout_seconds = %s WHERE id = %s", stored, OLD_AGENT)
     clock.advance(LEASE + timedelta(seconds=1))
 
-    assert await reclaim_expired_leases(kernel) == 1
+    assert await kernel.reclaim_expired_leases() == 1
 
     assert await status_of(kernel, *healthy) is DispatchStatus.PENDING
     assert await status_of(kernel, *old) is DispatchStatus.IN_FLIGHT
     clock.advance(timedelta(seconds=MAX_AGENT_LEASE_SECONDS))
-    assert await reclaim_expired_leases(kernel) == 1
+    assert await kernel.reclaim_expired_leases() == 1
     assert await status_of(kernel, *old) is DispatchStatus.PENDING
 
 
@@ -74,9 +73,9 @@ async def test_a_lease_that_is_not_a_number_counts_as_unset(
     await raw_sql("UPDATE agents SET lease_timeout_seconds = %s WHERE id = %s", stored, OLD_AGENT)
 
     clock.advance(LEASE - timedelta(seconds=1))
-    assert await reclaim_expired_leases(kernel) == 0
+    assert await kernel.reclaim_expired_leases() == 0
     clock.advance(timedelta(seconds=2))
-    assert await reclaim_expired_leases(kernel) == 1
+    assert await kernel.reclaim_expired_leases() == 1
     assert await status_of(kernel, *old) is DispatchStatus.PENDING
 
 
@@ -96,7 +95,7 @@ async def test_approval_expiry_passes_over_a_row_it_cannot_read(
     )
     clock.advance(timedelta(minutes=6))
 
-    assert await lifecycle.expire_approvals(kernel) == 2
+    assert await background.expire_approvals(kernel) == 2
 
     for approval_id in (approvals[0], approvals[2]):
         assert (await kernel.get_approval(approval_id)).status is ApprovalStatus.EXPIRED
@@ -118,7 +117,7 @@ async def test_the_sweep_pages_past_a_full_page_of_rows_it_cannot_read(
     clock.advance(timedelta(minutes=2))
 
     # Pages of two: the broken rows fill the first page and half the second.
-    assert await lifecycle.cancel_overdue(kernel, page=2) == 1
+    assert await background.cancel_overdue(kernel, page=2) == 1
 
     assert (await kernel.get_execution(healthy)).status is ExecutionStatus.CANCELLED
 
@@ -137,7 +136,7 @@ async def test_the_singleton_sweep_still_reaches_retention_past_a_broken_row(
     )
     clock.advance(timedelta(days=2))
 
-    await lifecycle.sweep(kernel)
+    await background.sweep(kernel)
 
     with pytest.raises(NotFound):
         await kernel.get_execution(done.id)

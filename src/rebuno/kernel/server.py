@@ -26,7 +26,9 @@ from urllib.parse import urlsplit
 import uvicorn
 from starlette.types import ASGIApp
 
+from rebuno.kernel import background
 from rebuno.kernel.api.app import create_app
+from rebuno.kernel.background import DispatchLoop
 from rebuno.kernel.config import (
     Settings,
     default_replica_id,
@@ -38,9 +40,7 @@ from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
 from rebuno.kernel.manifest import load_manifest
 from rebuno.kernel.metrics import HttpMetrics
-from rebuno.kernel.service import lifecycle
-from rebuno.kernel.service.base import Clock, utc_now
-from rebuno.kernel.service.dispatches import DispatchLoop
+from rebuno.kernel.service.context import Clock, utc_now
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
@@ -232,7 +232,7 @@ def _background(
     ]
     if isinstance(bus, PostgresBus):
         jobs.append(("stream-bus", bus.run()))
-    jobs.extend(lifecycle.jobs(kernel))
+    jobs.extend(background.jobs(kernel))
     return jobs
 
 

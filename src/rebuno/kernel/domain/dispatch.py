@@ -7,7 +7,7 @@ Must not import anything outside `rebuno.protocol` and the domain.
 from __future__ import annotations
 
 import math
-import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
@@ -43,6 +43,12 @@ def owns(dispatch: Dispatch | None, lease: Lease) -> bool:
         and dispatch.attempt == lease.attempt
         and dispatch.status is DispatchStatus.IN_FLIGHT
     )
+
+
+def same_attempt(dispatch: Dispatch | None, lease: Lease) -> bool:
+    """The weak lease check (§9, §16.1) on the dispatch the lease names, read from its
+    execution: it is still at the lease's attempt, whatever its status."""
+    return dispatch is not None and dispatch.attempt == lease.attempt
 
 
 def lease_timeout_problem(value: float) -> str | None:
@@ -100,7 +106,10 @@ def webhook_body(dispatch: Dispatch, lease_seconds: float) -> bytes:
     )
 
 
-def backoff(attempt: int, base: timedelta, cap: timedelta) -> timedelta:
-    """`min(base * 2^(attempt-1), cap)` plus uniform jitter in [0, 25 %)."""
+def backoff(
+    attempt: int, base: timedelta, cap: timedelta, rand: Callable[[float, float], float]
+) -> timedelta:
+    """`min(base * 2^(attempt-1), cap)` plus uniform jitter in [0, 25 %); `rand(low, high)`
+    draws it, like `random.uniform`, so the rule stays a function of its arguments."""
     delay = min(base.total_seconds() * 2 ** (attempt - 1), cap.total_seconds())
-    return timedelta(seconds=delay + random.uniform(0, 0.25 * delay))
+    return timedelta(seconds=delay + rand(0, 0.25 * delay))

@@ -1,6 +1,6 @@
 """Agent and policy administration, and the secret lookup behind agent signatures.
 
-Must not import a concrete store backend, the API, or httpx.
+Must not import a concrete store backend, the API, httpx or another use-case module.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rebuno.kernel.domain.dispatch import lease_timeout_problem
 from rebuno.kernel.domain.errors import NotFound, ValidationFailed
 from rebuno.kernel.domain.records import Agent, AgentMetadata
 from rebuno.kernel.policy.description import Probe, describe_bundle, try_bundle
-from rebuno.kernel.service.base import ServiceBase
+from rebuno.kernel.service.context import Context
 
 # Secrets are read on every signed agent request. A short cache saves that read; a secret
 # rotated on another replica is honoured here within this many seconds.
@@ -27,7 +27,7 @@ SECRETS_REMEMBERED = 4096
 `Rebuno-Agent-Id`, so the cache must not grow with what they send."""
 
 
-class AgentUseCases(ServiceBase):
+class AgentUseCases(Context):
     async def agent_secret(self, agent_id: str) -> str | None:
         hit = self.secrets.get(agent_id)
         if hit is not None and hit[0] > time.monotonic():

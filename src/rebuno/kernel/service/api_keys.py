@@ -15,7 +15,7 @@ from rebuno.kernel.domain import api_key
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import Conflict, NotFound
 from rebuno.kernel.domain.principal import Principal, key_principal
-from rebuno.kernel.service.base import ServiceBase, new_id
+from rebuno.kernel.service.context import Context, new_id
 from rebuno.protocol.enums import Scope
 
 
@@ -27,7 +27,7 @@ class IssuedKey:
     token: str
 
 
-class ApiKeyUseCases(ServiceBase):
+class ApiKeyUseCases(Context):
     async def create_api_key(
         self, name: str, scopes: tuple[Scope, ...], principal: Principal
     ) -> IssuedKey:

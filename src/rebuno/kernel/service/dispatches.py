@@ -1,33 +1,38 @@
-"""Delivering dispatches (§12): claim due work, POST the signed webhook, record the outcome.
+"""Dispatch use cases (§12): claim due work, deliver the signed webhook through the deliverer,
+and record the outcome: the acknowledgement (a fast way first, `followed.py`, else the locked
+script), a failure and its retry, a discard, an exhaustion.
 
-`DispatchLoop` claims only as many dispatches as it has idle delivery workers, so it never
-holds work another replica could start sooner. It sleeps until woken (a dispatch enqueued in
-this process, a NOTIFY from another replica, a worker finishing) or until the idle poll.
-Must not import a concrete store backend, the API, or httpx: the deliverer is a protocol.
+The loop that claims and delivers lives with the replica's other background loops
+(`kernel/background.py`). Must not import a concrete store backend, the API, httpx or another
+use-case module: the deliverer is a protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import random
 import time
 from datetime import datetime
 
 from rebuno.kernel import metrics
+from rebuno.kernel.decision.ending import EXHAUSTED
 from rebuno.kernel.domain.dispatch import (
     Deliverer,
+    DeliveryOutcome,
     backoff,
     effective_lease,
     webhook_body,
 )
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.execution import mark_started
-from rebuno.kernel.domain.records import Dispatch, Execution, Lease, replace
-from rebuno.kernel.service.base import ServiceBase, flush, log
-from rebuno.kernel.service.executions import DISPATCH_EXHAUSTED, finish_execution
-from rebuno.kernel.store.base import ClaimedDispatch, Stale, Transaction, Unchanged
+from rebuno.kernel.domain.records import Dispatch, Lease, replace
+from rebuno.kernel.service import follow_ups
+from rebuno.kernel.service.context import Context, flush, log
+from rebuno.kernel.service.ending import finish_execution
+from rebuno.kernel.service.followed import acknowledge_followed, acknowledged
+from rebuno.kernel.service.starting import acknowledge, redelivery
+from rebuno.kernel.store.base import ClaimedDispatch, Transaction
 from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
-from rebuno.protocol.events import LEASE_EXPIRED, EventType
+from rebuno.protocol.events import EventType
 from rebuno.protocol.extensions import (
     EXECUTION_INPUT,
     MAX_CARRIED_INPUT,
@@ -36,6 +41,9 @@ from rebuno.protocol.extensions import (
     STEP_RECORDS,
     carried,
 )
+
+MAX_FAILURE_REASON = 500
+"""Characters of a delivery failure's reason kept in its event."""
 
 
 def offered(
@@ -63,11 +71,21 @@ def offered(
     return offers
 
 
-MAX_FAILURE_REASON = 500
-"""Characters of a delivery failure's reason kept in its event."""
+def _carried(claimed: ClaimedDispatch) -> str | None:
+    """The `Rebuno-Execution` value (`execution-input`) of this delivery, when its input is
+    short enough to carry, with the status the agent would read: its acknowledgement starts a
+    pending execution."""
+    text = claimed.execution.input
+    # A character is at least a byte: a longer input is not encoded to find out.
+    if len(text) > MAX_CARRIED_INPUT or len(text.encode()) > MAX_CARRIED_INPUT:
+        return None
+    status = claimed.execution_status
+    if status is ExecutionStatus.PENDING:
+        status = ExecutionStatus.RUNNING
+    return carried(status.value, text)
 
 
-class DispatchUseCases(ServiceBase):
+class DispatchUseCases(Context):
     async def claim(self, limit: int) -> list[ClaimedDispatch]:
         return metrics.claimed(
             await self.store.claim_dispatches(self.settings.replica_id, limit, self.clock())
@@ -77,7 +95,7 @@ class DispatchUseCases(ServiceBase):
         dispatch = claimed.dispatch
         if claimed.execution_status.is_terminal:
             metrics.dispatch_discarded()
-            await self._discard(dispatch, _redelivery(claimed))
+            await self._discard(claimed)
             return
         if dispatch.attempt > dispatch.max_attempts:
             metrics.dispatch_exhausted()
@@ -98,29 +116,39 @@ class DispatchUseCases(ServiceBase):
             await self._deliver(claimed, deliverer)
 
     async def _deliver(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> None:
-        dispatch = claimed.dispatch
-        settings = self.settings
-        lease = effective_lease(claimed.agent, settings.dispatch_lease_timeout)
-        extensions = offered(claimed, settings.step_records, settings.step_occurrences)
         if claimed.reclaimed:
             log.info(
                 "redelivering after an expired lease: execution_id=%s dispatch_id=%s attempt=%d",
-                dispatch.execution_id,
-                dispatch.id,
-                dispatch.attempt,
+                claimed.dispatch.execution_id,
+                claimed.dispatch.id,
+                claimed.dispatch.attempt,
             )
-        carry = None
-        text = claimed.execution.input
-        # A character is at least a byte: a longer input is not encoded to find out.
-        if len(text) <= MAX_CARRIED_INPUT and len(text.encode()) <= MAX_CARRIED_INPUT:
-            # The status the agent would read: its acknowledgement starts a pending execution.
-            status = claimed.execution_status
-            if status is ExecutionStatus.PENDING:
-                status = ExecutionStatus.RUNNING
-            extensions = (*extensions, EXECUTION_INPUT)
-            carry = carried(status.value, text)
         started = time.perf_counter()
-        outcome = await deliverer.deliver(
+        outcome = await self._post(claimed, deliverer)
+        metrics.delivery_attempted(outcome, time.perf_counter() - started)
+        if outcome.ok:
+            await self._acknowledged(claimed, outcome)
+            return
+        dispatch = claimed.dispatch
+        log.warning(
+            "delivery failed: execution_id=%s dispatch_id=%s attempt=%d: %s",
+            dispatch.execution_id,
+            dispatch.id,
+            dispatch.attempt,
+            outcome.detail,
+        )
+        await self._record_failure(claimed, outcome.detail)
+
+    async def _post(self, claimed: ClaimedDispatch, deliverer: Deliverer) -> DeliveryOutcome:
+        """The signed webhook POST (§6), with the extensions this delivery offers."""
+        settings = self.settings
+        dispatch = claimed.dispatch
+        extensions = offered(claimed, settings.step_records, settings.step_occurrences)
+        carry = _carried(claimed)
+        if carry is not None:
+            extensions = (*extensions, EXECUTION_INPUT)
+        lease = effective_lease(claimed.agent, settings.dispatch_lease_timeout)
+        return await deliverer.deliver(
             claimed.agent.webhook_url,
             claimed.agent.secret,
             dispatch.execution_id,
@@ -129,58 +157,44 @@ class DispatchUseCases(ServiceBase):
             extensions=extensions,
             carried=carry,
         )
-        metrics.delivery_attempted(outcome, time.perf_counter() - started)
-        if outcome.ok:
-            log.debug(
-                "delivered: execution_id=%s dispatch_id=%s attempt=%d",
-                dispatch.execution_id,
-                dispatch.id,
-                dispatch.attempt,
+
+    async def _acknowledged(self, claimed: ClaimedDispatch, outcome: DeliveryOutcome) -> None:
+        dispatch = claimed.dispatch
+        log.debug(
+            "delivered: execution_id=%s dispatch_id=%s attempt=%d",
+            dispatch.execution_id,
+            dispatch.id,
+            dispatch.attempt,
+        )
+        with self.shortcuts.recording_acknowledgement(dispatch.execution_id):
+            if outcome.instance is None:
+                await self._record_ack(claimed)
+                return
+            # Side by side, not one after the other: on PostgreSQL the two statements
+            # overlap on two connections, on SQLite they share one commit. The instance
+            # stands for the attempt whether or not the acknowledgement's events commit.
+            record = self.store.set_dispatch_instance(
+                dispatch.id, dispatch.attempt, outcome.instance
             )
-            with self.shortcuts.recording_acknowledgement(dispatch.execution_id):
-                if outcome.instance is None:
-                    await self._record_ack(claimed)
-                else:
-                    # Side by side, not one after the other: on PostgreSQL the two statements
-                    # overlap on two connections, on SQLite they share one commit. The
-                    # instance stands for the attempt whether or not the acknowledgement's
-                    # events commit.
-                    record = self.store.set_dispatch_instance(
-                        dispatch.id, dispatch.attempt, outcome.instance
-                    )
-                    await asyncio.gather(self._record_ack(claimed), record)
-        else:
-            log.warning(
-                "delivery failed: execution_id=%s dispatch_id=%s attempt=%d: %s",
-                dispatch.execution_id,
-                dispatch.id,
-                dispatch.attempt,
-                outcome.detail,
-            )
-            await self._record_failure(dispatch, outcome.detail, _redelivery(claimed))
+            await asyncio.gather(self._record_ack(claimed), record)
 
     async def _record_ack(self, claimed: ClaimedDispatch) -> None:
-        """Tried first on the record the claim read, in one optimistic statement; when the
-        execution changed since (the agent wrote first, say), the ordinary way."""
-        dispatch, seen = claimed.dispatch, claimed.execution
-        lease = Lease(dispatch.id, dispatch.attempt)
-        if not seen.status.is_terminal:
-            with contextlib.suppress(Stale):
-                async with self.transaction(seen.id, Unchanged.on(seen)) as tx:
-                    acked = await _acknowledge(tx, claimed, seen, self.clock())
-                self.shortcuts.acknowledged(lease, seen.last_event_seq, acked)
-                return
-        async with self.transaction(dispatch.execution_id) as tx:
-            execution = await tx.get_execution(dispatch.execution_id)
+        """The fast way first, on the record the claim read; else the locked script."""
+        if await acknowledge_followed(self, claimed):
+            return
+        execution_id = claimed.dispatch.execution_id
+        async with self.transaction(execution_id) as tx:
+            execution = await tx.get_execution(execution_id)
             if execution.status.is_terminal:
                 return
-            acked = await _acknowledge(tx, claimed, execution, self.clock())
-        self.shortcuts.acknowledged(lease, execution.last_event_seq, acked)
+            acked = await acknowledge(tx, claimed, execution, self.clock())
+        acknowledged(self, claimed, execution.last_event_seq, acked)
 
-    async def _record_failure(
-        self, dispatch: Dispatch, reason: str, redelivery: str | None = None
-    ) -> None:
-        """`reason` goes into the `dispatch.failed` event (bounded), so the log says why."""
+    async def _record_failure(self, claimed: ClaimedDispatch, reason: str) -> None:
+        """`reason` goes into the `dispatch.failed` event (bounded), so the log says why; the
+        dispatch is tried again after its backoff, or the run fails once its attempts are
+        spent."""
+        dispatch = claimed.dispatch
         async with self.transaction(dispatch.execution_id) as tx:
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
@@ -192,22 +206,34 @@ class DispatchUseCases(ServiceBase):
                 dispatch,
                 DispatchStatus.FAILED.value,
                 reason=reason[:MAX_FAILURE_REASON] or "delivery failed",
-                redelivery=redelivery,
+                redelivery=redelivery(claimed),
             )
             execution = await flush(tx, execution, batch)
             if not await _still_owns(tx, dispatch):
                 return
             if dispatch.attempt < dispatch.max_attempts:
-                retry_at = now + backoff(
-                    dispatch.attempt, self.settings.backoff_base, self.settings.backoff_max
-                )
-                await tx.update_dispatch(_requeued(dispatch, retry_at, now))
+                await tx.update_dispatch(self._requeued(dispatch, now))
                 return
-            done = await _exhausted(tx, execution, now)
-        self.ended(dispatch.execution_id)
-        await self.after_end(done)
+            done = await finish_execution(tx, execution, EXHAUSTED, now)
+        await follow_ups.ended(self, done)
 
-    async def _discard(self, dispatch: Dispatch, redelivery: str | None = None) -> None:
+    def _requeued(self, dispatch: Dispatch, now: datetime) -> Dispatch:
+        settings = self.settings
+        delay = backoff(
+            dispatch.attempt, settings.backoff_base, settings.backoff_max, random.uniform
+        )
+        retry_at = now + delay
+        return replace(
+            dispatch,
+            status=DispatchStatus.FAILED,
+            next_attempt_at=retry_at,
+            locked_by=None,
+            locked_at=None,
+            updated_at=now,
+        )
+
+    async def _discard(self, claimed: ClaimedDispatch) -> None:
+        dispatch = claimed.dispatch
         async with self.transaction(dispatch.execution_id) as tx:
             if not await _still_owns(tx, dispatch):
                 return
@@ -218,7 +244,7 @@ class DispatchUseCases(ServiceBase):
                 EventType.DISPATCH_DISCARDED,
                 dispatch,
                 DispatchStatus.EXHAUSTED.value,
-                redelivery=redelivery,
+                redelivery=redelivery(claimed),
             )
             await tx.update_dispatch(
                 replace(
@@ -240,22 +266,8 @@ class DispatchUseCases(ServiceBase):
             execution = await tx.get_execution(dispatch.execution_id)
             if execution.status.is_terminal:
                 return
-            done = await _exhausted(tx, execution, self.clock())
-        self.ended(dispatch.execution_id)
-        await self.after_end(done)
-
-
-async def reclaim_expired_leases(kernel: ServiceBase) -> int:
-    """Returns every expired lease to the queue and wakes the dispatch loop: the reaper's
-    tick, and the second half of reclaiming the deliveries of a restarted agent instance."""
-    count = await kernel.store.reclaim_expired(
-        kernel.clock(), kernel.settings.dispatch_lease_timeout
-    )
-    metrics.leases_reclaimed(count)
-    if count:
-        log.info("returned %d expired dispatch leases to the queue", count)
-        kernel.wake()
-    return count
+            done = await finish_execution(tx, execution, EXHAUSTED, self.clock())
+        await follow_ups.ended(self, done)
 
 
 async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:
@@ -265,109 +277,3 @@ async def _still_owns(tx: Transaction, dispatch: Dispatch) -> bool:
         and current.status is DispatchStatus.IN_FLIGHT
         and current.attempt == dispatch.attempt
     )
-
-
-async def _exhausted(tx: Transaction, execution: Execution, now: datetime) -> Execution:
-    return await finish_execution(
-        tx, execution, ExecutionStatus.FAILED, None, DISPATCH_EXHAUSTED, now, reached=False
-    )
-
-
-def _redelivery(claimed: ClaimedDispatch) -> str | None:
-    """The `redelivery` member of the claim's dispatch event: set when the claim delivers the
-    execution again because the previous attempt's lease was reclaimed."""
-    return LEASE_EXPIRED if claimed.reclaimed else None
-
-
-async def _acknowledge(
-    tx: Transaction, claimed: ClaimedDispatch, execution: Execution, now: datetime
-) -> Execution:
-    """Records a delivery's 2xx answer; the first reached the agent, so a `pending`
-    execution starts. Returns the record as written."""
-    batch = EventBatch(execution, now)
-    batch.dispatch(
-        EventType.DISPATCH_ACKED, claimed.dispatch, "acked", redelivery=_redelivery(claimed)
-    )
-    started = mark_started(execution, batch)
-    return await flush(tx, started, batch)
-
-
-def _requeued(dispatch: Dispatch, retry_at: datetime, now: datetime) -> Dispatch:
-    return replace(
-        dispatch,
-        status=DispatchStatus.FAILED,
-        next_attempt_at=retry_at,
-        locked_by=None,
-        locked_at=None,
-        updated_at=now,
-    )
-
-
-class DispatchLoop:
-    """Claims and delivers with at most `concurrency` deliveries in flight."""
-
-    def __init__(self, kernel: DispatchUseCases, deliverer: Deliverer) -> None:
-        self._kernel = kernel
-        self._deliverer = deliverer
-        self._idle = kernel.settings.dispatch_concurrency
-        self._poll = kernel.settings.dispatch_poll_interval.total_seconds()
-        self._wakeup = asyncio.Event()
-        self._workers: set[asyncio.Task[None]] = set()
-
-    def wake(self) -> None:
-        self._wakeup.set()
-
-    async def run(self) -> None:
-        try:
-            while True:
-                # Cleared before the claim: a wake-up that arrives during it is not lost. A claim
-                # takes every due dispatch it has room for, so without one there is nothing to
-                # claim again until a wake-up (an enqueue, a worker freed at full capacity) or
-                # the poll interval (a retry coming due).
-                self._wakeup.clear()
-                await self._claim()
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
-                # that races the wake-up, and the loop would never stop.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._poll):
-                        await self._wakeup.wait()
-        finally:
-            workers = list(self._workers)
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-
-    async def _claim(self) -> None:
-        if self._idle <= 0:
-            return
-        try:
-            batch = await self._kernel.claim(self._idle)
-        except Exception:
-            metrics.worker_failed("dispatch")
-            log.exception("claiming dispatches failed; retrying after the idle poll")
-            return
-        for claimed in batch:
-            self._idle -= 1
-            metrics.delivery_started()
-            worker = asyncio.create_task(
-                self._deliver(claimed), name=f"deliver-{claimed.dispatch.id}"
-            )
-            self._workers.add(worker)
-            worker.add_done_callback(self._workers.discard)
-
-    async def _deliver(self, claimed: ClaimedDispatch) -> None:
-        try:
-            await self._kernel.deliver(claimed, self._deliverer)
-        except Exception:
-            metrics.worker_failed("dispatch")
-            # The claim stays in flight and the reaper returns it after the lease.
-            log.exception(
-                "recording delivery failed: execution_id=%s dispatch_id=%s",
-                claimed.dispatch.execution_id,
-                claimed.dispatch.id,
-            )
-        finally:
-            metrics.delivery_finished()
-            self._idle += 1
-            if self._idle == 1:  # a claim may have found no room: look again now
-                self._wakeup.set()

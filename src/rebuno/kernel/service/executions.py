@@ -1,74 +1,35 @@
-"""Execution use cases: create, read, cancel, heartbeat, and the agent's complete / fail.
+"""Execution use cases that write: create (§5.1, §24-§27), cancel (§10.1), heartbeat (§12.4),
+and the agent's complete and fail (§5.2).
 
-Must not import a concrete store backend, the API, or httpx.
+The agent's complete or fail takes a fast way first (the followed run, `followed.py`), else
+the locked script here; every end is followed by `follow_ups`.
+Must not import a concrete store backend, the API, httpx or another use-case module.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
 
-from rebuno.kernel.domain import step as steps
-from rebuno.kernel.domain.decision import Carried, StepRecord
-from rebuno.kernel.domain.errors import (
-    Conflict,
-    ExecutionTerminal,
-    NotFound,
-    ValidationFailed,
-    lease_superseded,
-)
-from rebuno.kernel.domain.event import EventBatch, Raw
-from rebuno.kernel.domain.execution import (
-    check_owner,
-    mark_started,
-    pending,
-    spawned_by,
-    transition,
-)
+from rebuno.kernel.decision.ending import CLIENT_CANCELLED, EndRequest, completed, failed
+from rebuno.kernel.domain.decision import Carried
+from rebuno.kernel.domain.errors import Conflict, NotFound, ValidationFailed, lease_superseded
+from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.execution import check_owner, mark_started, pending
 from rebuno.kernel.domain.principal import ANONYMOUS, Principal
-from rebuno.kernel.domain.records import (
-    Event,
-    Execution,
-    Lease,
-    RawJson,
-    SeenRequest,
-    Step,
-    replace,
-)
-from rebuno.kernel.service.activity import Watcher
-from rebuno.kernel.service.base import ServiceBase, Wake, flush, new_id
-from rebuno.kernel.service.resources import settle
-from rebuno.kernel.service.shortcuts import Run
-from rebuno.kernel.service.steps import apply_outcomes, wanted_by
-from rebuno.kernel.store.base import (
-    NOTHING_WANTED,
-    ExecutionFilter,
-    Locked,
-    Outcomes,
-    Page,
-    Stale,
-    Store,
-    Transaction,
-    Unchanged,
-    Wanted,
-    execution_lock,
-    session_lock,
-)
-from rebuno.protocol.enums import ApprovalStatus, ExecutionStatus, StepStatus
-from rebuno.protocol.events import EventType
-from rebuno.protocol.times import format_timestamp
+from rebuno.kernel.domain.records import Execution, Lease, RawJson, SeenRequest, replace
+from rebuno.kernel.service import follow_ups
+from rebuno.kernel.service.context import Context, flush, new_id
+from rebuno.kernel.service.ending import finish_execution, lock_live
+from rebuno.kernel.service.followed import finish_followed
+from rebuno.kernel.service.recording import NOTHING_READ, Carrying, record_carried, wanted_by
+from rebuno.kernel.service.starting import admit_next, announce, let_run, record_new
+from rebuno.kernel.store.base import Transaction, execution_lock, session_lock
+from rebuno.protocol.enums import ExecutionStatus, StepStatus
 
-T = TypeVar("T")
 MAX_ANCESTORS = 64
 """How far up a sub-agent's session is compared with its ancestors' (§25.2)."""
-CLIENT_CANCELLED = "client_cancelled"
-REPLICA_POLL_SECONDS = 0.25
-DEADLINE_EXCEEDED = "deadline_exceeded"
-DISPATCH_EXHAUSTED = "dispatch_exhausted"
 COPY_GRACE = timedelta(seconds=10)
 """How long after its first sighting a copy of a heartbeat still renews the lease (§2.3): the
 timestamp is whole seconds, so an agent beating faster than once a second sends copies, and a
@@ -97,7 +58,7 @@ class Created:
     """An earlier create under the same idempotency key made it; nothing was written now."""
 
 
-class ExecutionUseCases(ServiceBase):
+class ExecutionUseCases(Context):
     async def create_execution(
         self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin = Origin()
     ) -> Execution:
@@ -119,7 +80,7 @@ class ExecutionUseCases(ServiceBase):
             if earlier is not None:
                 return Created(_same_spawn(earlier, origin), repeat=True)
         try:
-            execution = await self._insert_execution(agent_id, input, agent_version, origin)
+            execution = await self._insert(agent_id, input, agent_version, origin)
         except Conflict:
             if key is None:
                 raise
@@ -130,192 +91,66 @@ class ExecutionUseCases(ServiceBase):
             if earlier is None:
                 raise
             return Created(_same_spawn(earlier, origin), repeat=True)
-        self.shortcuts.created(execution.id)
-        self.activity.touched(execution.id)
-        self.wake()
+        announce(self, execution)
         return Created(execution, repeat=False)
 
-    async def _insert_execution(
+    async def _insert(
         self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin
     ) -> Execution:
+        """The new execution, in one transaction with the checks of where it comes from;
+        one without a session runs at once, one with a session when its turn comes
+        (§24.3: first in, first admitted)."""
         session = origin.session
         async with self.transaction() as tx:
             if session is not None:
                 await tx.take_lock(session_lock(session))  # first: §24.3 lock order
-                if origin.parent_execution_id is not None and await tx.session_used(session):
-                    raise Conflict(
-                        f"session {session!r} has executions already: a branch from a "
-                        "parent starts a new session"
-                    )
-            on_behalf_of = origin.on_behalf_of
-            if origin.spawned_by is not None:
-                spawner = await check_spawn(tx, *origin.spawned_by, session)
-                on_behalf_of = on_behalf_of or spawner.on_behalf_of
-                if not spawner.has_children:
-                    await tx.mark_parent(spawner.id)
-            if origin.parent_execution_id is not None:
-                await _check_parent(tx, agent_id, origin.parent_execution_id)
+            on_behalf_of = await _check_origin(tx, agent_id, origin)
             now = self.clock()
-            execution = pending(
-                new_id(),
-                agent_id,
-                agent_version,
-                input,
-                now,
-                self.settings.deadline_timeout,
-                idempotency_key=origin.idempotency_key,
-                parent_execution_id=origin.parent_execution_id,
-                created_by=origin.principal.id,
-                on_behalf_of=on_behalf_of,
-                session=session,
-                admitted_at=None if session is not None else now,
-                spawned_by_execution_id=origin.spawned_by[0] if origin.spawned_by else None,
-                spawned_by_step_id=origin.spawned_by[1] if origin.spawned_by else None,
+            execution = self._new_execution(
+                agent_id, input, agent_version, origin, on_behalf_of, now
             )
             batch = EventBatch(execution, now)
-            batch.execution(
-                EventType.EXECUTION_CREATED,
-                execution,
-                deadline_at=_deadline(execution),
-                created_by=execution.created_by,
-                on_behalf_of=execution.on_behalf_of,
-                spawned_by=spawned_by(execution),
-            )
-            await tx.insert_execution(execution)
+            await record_new(tx, execution, batch)
             if session is None:
-                await self.enqueue(tx, batch, self.new_dispatch(execution.id, now))
+                return await let_run(self, tx, execution, batch)
             execution = await flush(tx, execution, batch)
-            if session is not None:
-                # FIFO: the new one is let run only when nothing older waits (§24.3).
-                admitted = await self._admit_next(tx, session, now)
-                if admitted is not None and admitted.id == execution.id:
-                    execution = admitted
-        return execution
+            admitted = await admit_next(self, tx, session, now)
+        return admitted if admitted is not None and admitted.id == execution.id else execution
 
-    async def admit_waiting(self, limit: int) -> int:
-        """The lineage sweep: releases the sessions a lost follow-up left with waiters and no
-        holder; how many it looked at."""
-        sessions = await self.store.list_sessions_to_admit(limit)
-        for session in sessions:
-            await self.release_session(session)
-        return len(sessions)
-
-    async def delete_expired_sessions(self, cutoff: datetime, limit: int) -> int:
-        """Retention of sessions (§24.6): each whole, in a transaction of its own under its
-        lock; how many executions went."""
-        deleted = 0
-        for session in await self.store.list_expired_sessions(cutoff, limit):
-            async with self.transaction() as tx:
-                await tx.take_lock(session_lock(session))
-                deleted += await tx.delete_expired_session(session, cutoff)
-        return deleted
-
-    async def previous_state(self, execution_id: str, agent_id: str | None = None) -> RawJson:
-        """§24.5: what the execution continues from: its parent's stored `state`, else the
-        parent's output (`null` when it had none), else `null` when it has no parent. A
-        parent whose row is gone answers `NotFound`, loud rather than an empty conversation."""
-        execution = await self.store.get_execution(execution_id)
-        check_owner(execution, agent_id)
-        parent_id = execution.parent_execution_id
-        if parent_id is None:
-            return "null"
-        state = await self.store.get_state(parent_id)
-        if state is not None:
-            return state
-        return (await self.store.get_execution(parent_id)).output or "null"
-
-    async def get_execution(
-        self, execution_id: str, agent_id: str | None = None, wait: float = 0.0
+    def _new_execution(
+        self,
+        agent_id: str,
+        input: RawJson,
+        agent_version: str | None,
+        origin: Origin,
+        on_behalf_of: str | None,
+        now: datetime,
     ) -> Execution:
-        """The execution. With `wait` (our long poll), a live one is held up to that many
-        seconds for it to become terminal."""
-
-        async def read(ended: Execution | None) -> tuple[Execution, bool]:
-            execution = ended or await self.store.get_execution(execution_id)
-            check_owner(execution, agent_id)
-            return execution, execution.status.is_terminal
-
-        # Woken only by the use cases that can end an execution, not by every step. One
-        # created here and not seen ending is live: waiting comes first. Should it have
-        # ended on another replica and the news been lost, the look every
-        # REPLICA_POLL_SECONDS finds it.
-        live = wait > 0 and self.shortcuts.known_live(execution_id)
-        return await _hold(wait, lambda: self.on_end(execution_id), read, live=live)
-
-    async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
-        return await self.store.list_executions(flt)
-
-    async def watch_executions(
-        self, watcher: Watcher, quiet: float
-    ) -> AsyncGenerator[list[Execution] | None, None]:
-        """The activity feed (§40.5): batches of executions as they are now, one per
-        wake-up; an empty batch after `quiet` seconds without one, `None` when the watcher lost
-        count. Each is read from the store, so the feed is never a second record."""
-        while True:
-            ids = await watcher.changed(quiet)
-            if ids is None:
-                yield None
-                continue
-            found = [await _maybe_current(self.store, one) for one in ids]
-            yield [one for one in found if one is not None]
-
-    async def list_events(
-        self, execution_id: str, after_seq: int, limit: int, wait: float = 0.0
-    ) -> list[Event]:
-        """Events after `after_seq`. With `wait` (our long poll), an empty answer is held up
-        to that many seconds for the next commit on the execution, unless it is terminal."""
-
-        async def read(_: Execution | None) -> tuple[list[Event], bool]:
-            events = await self.store.list_events(execution_id, after_seq, limit)
-            if events:
-                return events, True
-            # Also answers NotFound for an unknown execution; a terminal one has no more.
-            execution = await self.store.get_execution(execution_id)
-            return events, execution.status.is_terminal
-
-        return await _hold(wait, lambda: self.on_append(execution_id), read)
-
-    async def list_steps(
-        self, execution_id: str, status: str | None, agent_id: str | None = None
-    ) -> list[Step]:
-        await self.get_execution(execution_id, agent_id)
-        return await self.store.list_steps(execution_id, status)
-
-    async def get_step(self, execution_id: str, step_id: str, agent_id: str | None = None) -> Step:
-        await self.get_execution(execution_id, agent_id)
-        step = await self.store.get_step(step_id)
-        if step is None or step.execution_id != execution_id:
-            raise NotFound(f"step {step_id} not found in execution {execution_id}")
-        return step
+        spawner = origin.spawned_by
+        return pending(
+            new_id(),
+            agent_id,
+            agent_version,
+            input,
+            now,
+            self.settings.deadline_timeout,
+            idempotency_key=origin.idempotency_key,
+            parent_execution_id=origin.parent_execution_id,
+            created_by=origin.principal.id,
+            on_behalf_of=on_behalf_of,
+            session=origin.session,
+            admitted_at=None if origin.session is not None else now,
+            spawned_by_execution_id=spawner[0] if spawner else None,
+            spawned_by_step_id=spawner[1] if spawner else None,
+        )
 
     async def cancel_execution(self, execution_id: str) -> None:
         await self.cancel(execution_id, CLIENT_CANCELLED)
 
     async def cancel(self, execution_id: str, reason: str) -> None:
         """§10.1: cancelled, pending approvals expired, gated steps denied, running steps
-        cancelled, dispatches retired; all in one transaction."""
-        async with self.transaction(execution_id) as tx:
-            execution = await tx.get_execution(execution_id)
-            batch = EventBatch(execution, self.clock())
-            cancelled = transition(
-                execution, ExecutionStatus.CANCELLED, batch.now, failure_reason=reason
-            )
-            batch.execution(EventType.EXECUTION_CANCELLED, cancelled, reason=reason)
-            await _expire_pending_approvals(tx, execution_id, batch)
-            ended: list[Step] = []
-            for step in await tx.list_steps_with_status(execution_id, StepStatus.EXECUTING):
-                done = steps.finish(
-                    step, StepStatus.CANCELLED, batch.now, error=steps.CANCELLED_ERROR
-                )
-                await tx.update_step(done)
-                batch.step(EventType.STEP_CANCELLED, done, error=steps.CANCELLED_ERROR)
-                ended.append(done)
-            if ended and execution.has_resources:
-                await settle(tx, execution, ended)  # §33.6: a cancelled step counts
-            await tx.retire_dispatches(execution_id, batch.now)
-            await flush(tx, cancelled, batch)
-        self.ended(execution_id)
-        await self.after_end(cancelled)
+        cancelled, dispatches retired; all in one transaction; then its follow-ups."""
+        await follow_ups.cancel(self, execution_id, reason)
 
     async def heartbeat(
         self,
@@ -348,16 +183,8 @@ class ExecutionUseCases(ServiceBase):
                 raise lease_superseded(execution_id, lease)
             batch = EventBatch(execution, now)
             execution = mark_started(execution, batch)
-            recorded = locked.outcomes
-            await apply_outcomes(
-                tx,
-                execution_id,
-                lease.dispatch_id,
-                outcomes,
-                batch,
-                recorded=recorded,
-                execution=execution,
-            )
+            carrying = Carrying(lease.dispatch_id, outcomes, locked.outcomes or NOTHING_READ)
+            await record_carried(tx, execution, carrying, batch)
             await flush(tx, execution, batch)
             return policy and not locked.policy_bundle
 
@@ -371,16 +198,8 @@ class ExecutionUseCases(ServiceBase):
         state: RawJson | None = None,
     ) -> None:
         """`state` (§24.5) is kept for the executions that continue this one; `null` is none."""
-        await self._finish(
-            execution_id,
-            agent_id,
-            lease,
-            ExecutionStatus.COMPLETED,
-            output,
-            "",
-            outcomes,
-            None if state == "null" else state,
-        )
+        ending = completed(output, state)
+        await self._end(EndRequest(execution_id, agent_id, lease, ending, outcomes))
 
     async def fail_execution(
         self,
@@ -390,166 +209,47 @@ class ExecutionUseCases(ServiceBase):
         reason: str,
         outcomes: Sequence[Carried] = (),
     ) -> None:
-        await self._finish(
-            execution_id, agent_id, lease, ExecutionStatus.FAILED, None, reason, outcomes, None
-        )
+        await self._end(EndRequest(execution_id, agent_id, lease, failed(reason), outcomes))
 
-    async def _finish(
-        self,
-        execution_id: str,
-        agent_id: str | None,
-        lease: Lease,
-        status: ExecutionStatus,
-        output: RawJson | None,
-        reason: str,
-        outcomes: Sequence[Carried],
-        state: RawJson | None,
-    ) -> None:
+    async def _end(self, end: EndRequest) -> None:
+        """A fast way (the followed run), else the locked script; then the follow-ups."""
+        done = await finish_followed(self, end)
+        if done is None:
+            done = await self._end_locked(end)
+        await follow_ups.ended(self, done)
+
+    async def _end_locked(self, end: EndRequest) -> Execution:
         """Terminal is checked before the lease (§5.2), then the strong lease check. A
-        refusal rolls the transaction back, the lease's renewal with it. The end of a first
-        run followed here is tried optimistically first (see `_finish_on_run`)."""
-        await self.shortcuts.wait_acknowledged(execution_id)
-        run = self.shortcuts.take_run(execution_id, lease)
-        if run is not None:
-            done = await self._finish_on_run(
-                run, agent_id, lease, status, output, reason, outcomes, state
-            )
-            if done is not None:
-                self.ended(execution_id, done)
-                await self.after_end(done)
-                return
-        async with self.transaction(execution_id) as tx:
+        refusal rolls the transaction back, the lease's renewal with it."""
+        lease = end.lease
+        async with self.transaction(end.execution_id) as tx:
             now = self.clock()
-            locked = await lock_live(tx, execution_id, agent_id, lease, now, wanted_by(outcomes))
-            done = await finish_execution(
-                tx,
-                locked.execution,
-                status,
-                output,
-                reason,
-                now,
-                outcomes,
-                lease.dispatch_id,
-                locked.outcomes,
-                state=state,
-            )
-        self.ended(execution_id, done)
-        await self.after_end(done)
-
-    async def _finish_on_run(
-        self,
-        run: Run,
-        agent_id: str | None,
-        lease: Lease,
-        status: ExecutionStatus,
-        output: RawJson | None,
-        reason: str,
-        outcomes: Sequence[Carried],
-        state: RawJson | None,
-    ) -> Execution | None:
-        """Ends a followed run (`shortcuts.Run`) on the record this process last wrote, in
-        one statement that applies only while nothing changed since: the record is the
-        execution's, the lease is live, no occurrence counter was used and no sub-agent was
-        started from it. The completions it carries are of steps the run knows executing;
-        reports (`step-records`) only on a run with no step yet, where they take their first
-        occurrences. Returns the record written, or None when something changed (or the
-        request carries anything else), for the ordinary way."""
-        execution = run.execution
-        completing: list[Step] = []
-        for outcome in outcomes:
-            if isinstance(outcome, StepRecord):
-                if run.recorded:
-                    return None
-            elif outcome.step_id in run.executing:
-                completing.append(run.executing[outcome.step_id])
-            else:
-                return None
-        check_owner(execution, agent_id)
-        now = self.clock()
-        unchanged = Unchanged.on(execution, lease, now, childless=True)
-        try:
-            async with self.transaction(execution.id, unchanged) as tx:
-                done = await finish_execution(
-                    tx,
-                    execution,
-                    status,
-                    output,
-                    reason,
-                    now,
-                    outcomes,
-                    lease.dispatch_id,
-                    Outcomes(consumed={}, steps=completing),
-                    state=state,
-                )
-        except Stale:
-            return None
-        return done
+            wanted = wanted_by(end.outcomes)
+            locked = await lock_live(tx, end.execution_id, end.agent_id, lease, now, wanted)
+            read = locked.outcomes or NOTHING_READ
+            carrying = Carrying(lease.dispatch_id, end.outcomes, read, counted=False)
+            return await finish_execution(tx, locked.execution, end.ending, now, carrying)
 
 
-async def lock_live(
-    tx: Transaction,
-    execution_id: str,
-    agent_id: str | None,
-    lease: Lease,
-    now: datetime,
-    wanted: Wanted = NOTHING_WANTED,
-) -> Locked:
-    """The execution under its lock for an agent's write that ends or blocks it (§5.2):
-    its own (`Forbidden`), not terminal (checked before the lease), and the strong lease
-    check, which renews it."""
-    locked = await tx.lock_execution(execution_id, lease, now, wanted)
-    execution = locked.execution
-    check_owner(execution, agent_id)
-    if execution.status.is_terminal:
-        raise ExecutionTerminal(f"execution {execution_id} is already {execution.status}")
-    if not locked.lease_live:
-        raise lease_superseded(execution_id, lease)
-    return locked
-
-
-async def finish_execution(
-    tx: Transaction,
-    execution: Execution,
-    status: ExecutionStatus,
-    output: RawJson | None,
-    reason: str,
-    now: datetime,
-    outcomes: Sequence[Carried] = (),
-    dispatch_id: str = "",
-    recorded: Outcomes | None = None,
-    *,
-    reached: bool = True,
-    state: RawJson | None = None,
-) -> Execution:
-    """Completes or fails an execution the caller has locked and checked the lease of;
-    `outcomes` were carried by the lease of `dispatch_id` (`recorded`: what they need read,
-    when the caller read it). Returns the record as written. `reached`: the agent asked for
-    this end, so a `pending` execution starts first; otherwise (every delivery failed) it
-    fails without ever having started (§10.1). `state`: what a completion keeps for the
-    executions that continue this one (§24.5)."""
-    batch = EventBatch(execution, now)
-    if reached:
-        execution = mark_started(execution, batch)
-    await apply_outcomes(
-        tx,
-        execution.id,
-        dispatch_id,
-        outcomes,
-        batch,
-        recorded=recorded,
-        counting=False,
-        execution=execution,
-    )
-    if status is ExecutionStatus.COMPLETED:
-        done = transition(execution, status, now, output=output or "null")
-        batch.execution(EventType.EXECUTION_COMPLETED, done, output=Raw(done.output or "null"))
-        if state is not None:
-            await tx.set_state(execution.id, state)
-    else:
-        done = transition(execution, status, now, failure_reason=reason)
-        batch.execution(EventType.EXECUTION_FAILED, done, reason=reason)
-    await tx.retire_dispatches(execution.id, now)
-    return await flush(tx, done, batch)
+async def _check_origin(tx: Transaction, agent_id: str, origin: Origin) -> str | None:
+    """The checks of where a new execution comes from, under the locks they need (the
+    session's, taken by the caller first; a parent's); returns whom it acts for."""
+    session = origin.session
+    branching = origin.parent_execution_id is not None
+    if session is not None and branching and await tx.session_used(session):
+        raise Conflict(
+            f"session {session!r} has executions already: a branch from a "
+            "parent starts a new session"
+        )
+    on_behalf_of = origin.on_behalf_of
+    if origin.spawned_by is not None:
+        spawner = await check_spawn(tx, *origin.spawned_by, session)
+        on_behalf_of = on_behalf_of or spawner.on_behalf_of
+        if not spawner.has_children:
+            await tx.mark_parent(spawner.id)
+    if origin.parent_execution_id is not None:
+        await _check_parent(tx, agent_id, origin.parent_execution_id)
+    return on_behalf_of
 
 
 def _same_spawn(earlier: Execution, origin: Origin) -> Execution:
@@ -571,8 +271,7 @@ async def check_spawn(
     """§25.2, under the parent's lock (taken here, after any session lock): the parent
     exists (`NotFound`) and is live (`Conflict`); the step is one of its own (else
     `ValidationFailed`) and is executing (`Conflict`); and the child's session is neither
-    the parent's nor an ancestor's (`ValidationFailed`: a child waiting for its own
-    ancestor's turn would wait for ever). Returns the parent."""
+    the parent's nor an ancestor's. Returns the parent."""
     await tx.take_lock(execution_lock(parent_id))
     parent = await tx.get_execution(parent_id)
     if parent.status.is_terminal:
@@ -585,31 +284,30 @@ async def check_spawn(
     if step.status is not StepStatus.EXECUTING:
         raise Conflict(f"step {step_id} is {step.status}, not executing")
     if session is not None:
-        ancestor: Execution | None = parent
-        for _ in range(MAX_ANCESTORS):
-            if ancestor is None:
-                break
-            if ancestor.session == session:
-                raise ValidationFailed(
-                    f"validation error: session {session!r} is an ancestor's: a sub-agent "
-                    "cannot wait for its own parent's turn"
-                )
-            above = ancestor.spawned_by_execution_id
-            ancestor = None if above is None else await _maybe(tx, above)
+        await _check_ancestors(tx, parent, session)
     return parent
 
 
-async def _maybe_current(store: Store, execution_id: str) -> Execution | None:
-    try:
-        return await store.get_execution(execution_id)
-    except NotFound:  # deleted by retention since it changed: nothing to show
-        return None
+async def _check_ancestors(tx: Transaction, parent: Execution, session: str) -> None:
+    """`ValidationFailed` when the session is the parent's or an ancestor's: a child waiting
+    for its own ancestor's turn would wait for ever."""
+    ancestor: Execution | None = parent
+    for _ in range(MAX_ANCESTORS):
+        if ancestor is None:
+            return
+        if ancestor.session == session:
+            raise ValidationFailed(
+                f"validation error: session {session!r} is an ancestor's: a sub-agent "
+                "cannot wait for its own parent's turn"
+            )
+        above = ancestor.spawned_by_execution_id
+        ancestor = None if above is None else await _maybe(tx, above)
 
 
 async def _maybe(tx: Transaction, execution_id: str) -> Execution | None:
     try:
         return await tx.get_execution(execution_id)
-    except NotFound:
+    except NotFound:  # deleted by retention meanwhile
         return None
 
 
@@ -622,66 +320,6 @@ async def _check_parent(tx: Transaction, agent_id: str, parent_id: str) -> None:
         raise Conflict(f"parent execution {parent_id} belongs to another agent")
     if parent.status is not ExecutionStatus.COMPLETED:
         raise Conflict(f"parent execution {parent_id} is {parent.status}, not completed")
-
-
-async def _expire_pending_approvals(tx: Transaction, execution_id: str, batch: EventBatch) -> None:
-    for approval in await tx.list_pending_approvals(execution_id):
-        await tx.update_approval(
-            replace(
-                approval,
-                status=ApprovalStatus.EXPIRED,
-                decided_at=batch.now,
-                rationale="execution_cancelled",
-            )
-        )
-        batch.approval(
-            EventType.APPROVAL_EXPIRED,
-            approval.id,
-            approval.step_id,
-            ApprovalStatus.EXPIRED,
-            rationale="execution_cancelled",
-        )
-        step = await tx.get_step(approval.step_id)
-        if step is not None and not step.status.is_terminal:
-            denied = steps.finish(step, StepStatus.DENIED, batch.now, error=steps.CANCELLED_ERROR)
-            await tx.update_step(denied)
-            batch.step(EventType.STEP_DENIED, denied, error=steps.CANCELLED_ERROR)
-
-
-async def _hold(
-    wait: float,
-    register: Callable[[], Wake],
-    read: Callable[[Execution | None], Awaitable[tuple[T, bool]]],
-    *,
-    live: bool = False,
-) -> T:
-    """Our long poll: `read()` until it says it is done or `wait` seconds passed, looking
-    again whenever the registered wake-up fires. The wake-up is registered before each read, so
-    a commit landing in between is not missed; another replica's commits wake no one here, so
-    it also looks again every `REPLICA_POLL_SECONDS`. A wake-up that carries the terminal
-    record is handed to `read`, which need not read it again. `live`: the first read is
-    known to find nothing done, so it is skipped."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    ended: Execution | None = None
-    if wait <= 0:
-        return (await read(None))[0]
-    while True:
-        woken = register()
-        if live:
-            live = False
-        else:
-            value, done = await read(ended)
-            if done or deadline - loop.time() <= 0:
-                return value
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(min(deadline - loop.time(), REPLICA_POLL_SECONDS)):
-                await woken.wait()
-        ended = woken.record if woken.is_set() else None
-
-
-def _deadline(execution: Execution) -> str | None:
-    return format_timestamp(execution.deadline_at) if execution.deadline_at else None
 
 
 async def _stale_copy(tx: Transaction, seen: SeenRequest, now: datetime) -> bool:

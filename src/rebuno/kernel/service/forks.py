@@ -4,7 +4,7 @@ its source recorded up to one event and runs the rest live.
 The copy needs no lock on the source: what it copies (events; steps that ended by then) never
 changes once written. Copied steps get the ids the fork's own rerun computes (§7.1), so the
 agent replays them through the ordinary decision of a submission.
-Must not import a concrete store backend, the API, or httpx.
+Must not import a concrete store backend, the API, httpx or another use-case module.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from rebuno.kernel.domain.event import EventBatch, Raw
 from rebuno.kernel.domain.execution import pending
 from rebuno.kernel.domain.identity import step_id
 from rebuno.kernel.domain.principal import ANONYMOUS, Principal
-from rebuno.kernel.domain.records import Event, Execution, Step
+from rebuno.kernel.domain.records import Checkpoint, Event, Execution, RawJson, Step
+from rebuno.kernel.domain.resource import Selection
 from rebuno.kernel.service import restoration
-from rebuno.kernel.service.base import ServiceBase, flush, new_id
+from rebuno.kernel.service.context import Context, new_id
+from rebuno.kernel.service.starting import announce, let_run, record_new
 from rebuno.kernel.store.base import Transaction, session_lock
 from rebuno.protocol.enums import StepStatus
 from rebuno.protocol.events import EventType
-from rebuno.protocol.times import format_timestamp
 
 COPIED_STATUSES = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.DENIED})
 ENDING_EVENTS = frozenset({EventType.STEP_SUCCEEDED, EventType.STEP_FAILED, EventType.STEP_DENIED})
@@ -40,7 +41,7 @@ class ForkRequest:
     """Who asked for the fork (§34.5): its id is the fork's `created_by`."""
 
 
-class ForkUseCases(ServiceBase):
+class ForkUseCases(Context):
     async def fork(self, source_id: str, request: ForkRequest) -> Execution:
         """§26.2: the fork, with the source's steps that had ended by `at_seq` and their
         events copied, admitted at once (it has no session, or a new one)."""
@@ -53,16 +54,7 @@ class ForkUseCases(ServiceBase):
         if override is not None:
             self.bundles.get(override)  # refuses a bundle that does not compile (§14.3)
         bundle = override if override is not None else await self.store.get_own_policy(source_id)
-        events = await self._events_up_to(source_id, request.at_seq)
-        copied = _copied_steps(await self.store.list_steps(source_id, "terminal"), events)
-        history = restoration.read_history(events)
-        checkpoints = []
-        if history.registered:
-            # Those covering from `at_seq` or before are fixed by the history (§33.8).
-            found = await self.store.list_checkpoints(source_id)
-            checkpoints = [c for c in found if c.covered_seq <= request.at_seq]
-        selections = restoration.select_all(history, checkpoints, request.at_seq)
-        restored = restoration.restoration_text(selections) if selections else None
+        copy = await self._read_source(source_id, request.at_seq)
         async with self.transaction() as tx:
             if request.session is not None:
                 await tx.take_lock(session_lock(request.session))
@@ -70,72 +62,53 @@ class ForkUseCases(ServiceBase):
                     raise Conflict(f"session {request.session!r} has executions already")
             # Held against retention while the fork names it (§24.2), as a parent is.
             source = await tx.hold_execution(source_id)
-            now = self.clock()
-            fork = pending(
-                new_id(),
-                source.agent_id,
-                source.agent_version,
-                source.input,
-                now,
-                self.settings.deadline_timeout,
-                parent_execution_id=source.parent_execution_id,
-                created_by=request.principal.id,
-                on_behalf_of=source.on_behalf_of,
-                session=request.session,
-                admitted_at=now,
-                forked_from=source.id,
-                fork_seq=request.at_seq,
-            )
-            batch = EventBatch(fork, now)
-            batch.execution(
-                EventType.EXECUTION_CREATED,
-                fork,
-                deadline_at=format_timestamp(fork.deadline_at) if fork.deadline_at else None,
-                created_by=fork.created_by,
-                on_behalf_of=fork.on_behalf_of,
-            )
+            fork = self._new_fork(source, request)
+            batch = EventBatch(fork, fork.created_at)
+            await record_new(tx, fork, batch, bundle)
             batch.execution(
                 EventType.EXECUTION_FORKED,
                 fork,
                 source_execution_id=source.id,
                 fork_seq=request.at_seq,
                 policy_override=override is not None,
-                restoration=None if restored is None else Raw(restored),
+                restoration=None if copy.restored is None else Raw(copy.restored),
             )
-            await tx.insert_execution(fork, bundle)
-            base = batch.last_seq
-            steps, copied_seqs = _copy_into(fork.id, copied, events, batch)
-            for step in steps:
-                await tx.insert_step(step)
-            if restored is not None:
-                fork = replace(fork, has_resources=True, restoration=restored)
-                await tx.mark_resources(fork.id)
-                await tx.set_restoration(fork.id, restored)
-                await _keep_affected(tx, steps, copied, history)
-                mapped = restoration.SeqMap(base, copied_seqs)
-                await restoration.set_up(
-                    tx,
-                    fork.id,
-                    history,
-                    selections,
-                    checkpoints,
-                    copied,
-                    mapped,
-                    request.at_seq,
-                    batch,
-                )
-            await self.enqueue(tx, batch, self.new_dispatch(fork.id, now))
-            fork = await flush(tx, fork, batch)
-        self.shortcuts.created(fork.id)
-        self.activity.touched(fork.id)
-        self.wake()
+            fork = await _copy(tx, fork, copy, request.at_seq, batch)
+            fork = await let_run(self, tx, fork, batch)
+        announce(self, fork)
         return fork
 
-    async def with_restoration(self, execution: Execution) -> Execution:
-        """A fork with what it restored (§33.8.2), read apart: only a fork has any."""
-        if execution.forked_from is None:
-            return execution
-        return replace(execution, restoration=await self.store.get_restoration(execution.id))
+    def _new_fork(self, source: Execution, request: ForkRequest) -> Execution:
+        now = self.clock()
+        return pending(
+            new_id(),
+            source.agent_id,
+            source.agent_version,
+            source.input,
+            now,
+            self.settings.deadline_timeout,
+            parent_execution_id=source.parent_execution_id,
+            created_by=request.principal.id,
+            on_behalf_of=source.on_behalf_of,
+            session=request.session,
+            admitted_at=now,
+            forked_from=source.id,
+            fork_seq=request.at_seq,
+        )
+
+    async def _read_source(self, source_id: str, at_seq: int) -> _Source:
+        """What the fork copies of its source, read without its lock: it never changes."""
+        events = await self._events_up_to(source_id, at_seq)
+        copied = _copied_steps(await self.store.list_steps(source_id, "terminal"), events)
+        history = restoration.read_history(events)
+        checkpoints: list[Checkpoint] = []
+        if history.registered:
+            # Those covering from `at_seq` or before are fixed by the history (§33.8).
+            found = await self.store.list_checkpoints(source_id)
+            checkpoints = [c for c in found if c.covered_seq <= at_seq]
+        selections = restoration.select_all(history, checkpoints, at_seq)
+        restored = restoration.restoration_text(selections) if selections else None
+        return _Source(events, copied, history, checkpoints, selections, restored)
 
     async def _events_up_to(self, execution_id: str, at_seq: int) -> list[Event]:
         events: list[Event] = []
@@ -146,6 +119,49 @@ class ForkUseCases(ServiceBase):
             if len(page) < EVENTS_PAGE or page[-1].event_seq >= at_seq:
                 break
         return events
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """What a fork copies of its source (§26.3, §33.8)."""
+
+    events: list[Event]
+    copied: dict[str, Step]
+    history: restoration.History
+    checkpoints: list[Checkpoint]
+    selections: dict[str, Selection]
+    restored: RawJson | None
+    """What the fork restores of the source's resources, when it has any (§33.8.2)."""
+
+
+async def _copy(
+    tx: Transaction, fork: Execution, copy: _Source, at_seq: int, batch: EventBatch
+) -> Execution:
+    """The copied steps and their events, then the restored resources; returns the fork as
+    they leave it."""
+    base = batch.last_seq
+    steps, copied_seqs = _copy_into(fork.id, copy.copied, copy.events, batch)
+    for step in steps:
+        await tx.insert_step(step)
+    if copy.restored is None:
+        return fork
+    fork = replace(fork, has_resources=True, restoration=copy.restored)
+    await tx.mark_resources(fork.id)
+    await tx.set_restoration(fork.id, copy.restored)
+    await _keep_affected(tx, steps, copy.copied, copy.history)
+    mapped = restoration.SeqMap(base, copied_seqs)
+    await restoration.set_up(
+        tx,
+        fork.id,
+        copy.history,
+        copy.selections,
+        copy.checkpoints,
+        copy.copied,
+        mapped,
+        at_seq,
+        batch,
+    )
+    return fork
 
 
 def _step_of(event: Event) -> str | None:

@@ -6,7 +6,7 @@ Reclaiming goes the way lease expiry does: under each execution's lock the attem
 ended (backdated), then the reaper's reclaim returns it to the queue and wakes the dispatch
 loop. So a terminal execution is never touched, and a reclaimed attempt is redelivered, with
 the next attempt number, exactly as an expired one would be.
-Must not import a concrete store backend, the API, or httpx.
+Must not import a concrete store backend, the API, httpx or another use-case module.
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ from __future__ import annotations
 from rebuno.kernel.domain.dispatch import owns
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Dispatch, Lease, SeenRequest
-from rebuno.kernel.service.base import ServiceBase, log
-from rebuno.kernel.service.dispatches import reclaim_expired_leases
+from rebuno.kernel.service.context import Context, log
 from rebuno.protocol.extensions import AgentInstance
 
 ANNOUNCE_LIMIT = 1000
 """Deliveries one announcement reclaims at most; any beyond wait for their leases."""
 
 
-class InstanceUseCases(ServiceBase):
+class InstanceUseCases(Context):
     async def announce_instance(
         self, agent_id: str, instance: AgentInstance, seen: SeenRequest | None = None
     ) -> int:
@@ -47,7 +46,7 @@ class InstanceUseCases(ServiceBase):
                 instance.incarnation,
                 ended,
             )
-            await reclaim_expired_leases(self)
+            await self.reclaim_expired_leases()
             self.wake()  # another replica's reaper may have taken them first
         return ended
 

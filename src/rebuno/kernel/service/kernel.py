@@ -1,6 +1,9 @@
-"""`Kernel`: the object that holds every use case, composed from one mixin per aggregate.
+"""`Kernel`: every use case of the kernel, composed.
 
-Must not import a concrete store backend, the API, or httpx.
+Each use-case class derives from `context.Context` alone and sits beside the others: none
+imports another, and what several share is a transaction fragment below them (an import
+contract says so). `Kernel` is their composition, the object the API, the background loops
+and the tests call. Must not import a concrete store backend, the API, or httpx.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ import asyncio
 from rebuno.kernel.service.agents import AgentUseCases
 from rebuno.kernel.service.api_keys import ApiKeyUseCases
 from rebuno.kernel.service.approvals import ApprovalUseCases
-from rebuno.kernel.service.base import log
+from rebuno.kernel.service.context import log
 from rebuno.kernel.service.dispatches import DispatchUseCases
+from rebuno.kernel.service.executions import ExecutionUseCases
 from rebuno.kernel.service.forks import ForkUseCases
 from rebuno.kernel.service.instances import InstanceUseCases
 from rebuno.kernel.service.lineage import LineageUseCases
 from rebuno.kernel.service.policytests import PolicyTestUseCases
+from rebuno.kernel.service.queries import QueryUseCases
 from rebuno.kernel.service.resources import ResourceUseCases
 from rebuno.kernel.service.steps import StepUseCases
 
@@ -23,16 +28,18 @@ READY_TIMEOUT_SECONDS = 2.0
 
 
 class Kernel(
-    LineageUseCases,
     StepUseCases,
+    ExecutionUseCases,
+    QueryUseCases,
     ApprovalUseCases,
-    AgentUseCases,
+    LineageUseCases,
+    ForkUseCases,
+    ResourceUseCases,
     DispatchUseCases,
     InstanceUseCases,
-    ForkUseCases,
-    PolicyTestUseCases,
-    ResourceUseCases,
+    AgentUseCases,
     ApiKeyUseCases,
+    PolicyTestUseCases,
 ):
     """Every use case of the kernel; each opens exactly one store transaction."""
 

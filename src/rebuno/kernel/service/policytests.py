@@ -3,7 +3,7 @@
 Evaluates with the kernel's own compiled bundles (`bundles`, the cache submissions use) and
 `policy.suite`, which calls the engine that decides submitted steps. Only reads: no event,
 rate token, approval or bundle is written, and nothing of the agent changes.
-Must not import a concrete store backend, the API, or httpx.
+Must not import a concrete store backend, the API, httpx or another use-case module.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rebuno.kernel.policy.suite import (
     replay_cases,
     run_cases,
 )
-from rebuno.kernel.service.base import ServiceBase
+from rebuno.kernel.service.context import Context
 from rebuno.kernel.store.base import ExecutionFilter
 
 REPLAYED_BY_DEFAULT = 100
@@ -52,7 +52,7 @@ class PolicyTest:
     executions: ReplayedExecutions | None = None
 
 
-class PolicyTestUseCases(ServiceBase):
+class PolicyTestUseCases(Context):
     async def test_policy(self, agent_id: str, test: PolicyTest) -> PolicyReport:
         """§35.1 in its order: the agent, the bundle, the cases, then evaluation."""
         agent = await self.store.get_agent(agent_id)

@@ -1,44 +1,26 @@
 """Resource use cases (docs/protocol.md §33): register, bind and publish checkpoints, and the
-coverage read; and what the step use cases do to resources (a live step's touch, settling a
-step that left `executing`, the captures an outcome carries), so every way a step changes
-them goes through one place.
+coverage read. What steps do to resources (a live step's touch, settling a step that left
+`executing`, the captures an outcome carries) is recorded by `recording.py`, the one place
+every way a step changes them goes through.
 
 Each writes under the execution's lock, in one transaction with its events; an execution
 without resources (`has_resources` false) reads nothing here unless its request names some.
-Must not import a concrete store backend, the API, or httpx.
+Must not import a concrete store backend, the API, httpx or another use-case module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rebuno.kernel.domain import resource as rules
-from rebuno.kernel.domain.errors import (
-    Conflict,
-    ExecutionTerminal,
-    NotFound,
-    lease_superseded,
-)
+from rebuno.kernel.domain.errors import Conflict, NotFound
 from rebuno.kernel.domain.event import EventBatch, Raw
-from rebuno.kernel.domain.execution import check_owner, mark_started
-from rebuno.kernel.domain.records import (
-    Checkpoint,
-    Execution,
-    Lease,
-    RawJson,
-    Resource,
-    Step,
-)
-from rebuno.kernel.domain.resource import (
-    NO_CAPTURES,
-    Captures,
-    Registration,
-    Touch,
-    checkpoint_payload,
-    registered_payload,
-)
-from rebuno.kernel.service.base import ServiceBase, flush
+from rebuno.kernel.domain.execution import mark_started
+from rebuno.kernel.domain.records import Checkpoint, Execution, Lease, RawJson, Resource
+from rebuno.kernel.domain.resource import Captures, Registration, registered_payload
+from rebuno.kernel.service.context import Context, flush
+from rebuno.kernel.service.ending import lock_live
+from rebuno.kernel.service.recording import record_captures
 from rebuno.kernel.store.base import Transaction
 from rebuno.protocol.events import EventType
 
@@ -60,7 +42,7 @@ class Coverage:
     checkpoints: tuple[Checkpoint, ...]
 
 
-class ResourceUseCases(ServiceBase):
+class ResourceUseCases(Context):
     async def register_resource(
         self, execution_id: str, agent_id: str, lease: Lease, request: Registration
     ) -> ResourceView:
@@ -124,95 +106,9 @@ class ResourceUseCases(ServiceBase):
     async def _locked(
         self, tx: Transaction, execution_id: str, agent_id: str, lease: Lease
     ) -> tuple[Execution, EventBatch]:
-        """The checks of an agent route with a strong lease (§33.2), the lease renewed, and
-        the execution started if it was pending (it is agent contact)."""
+        """The gate of an agent route with a strong lease (§33.2), the lease renewed, and the
+        execution started if it was pending (it is agent contact)."""
         now = self.clock()
-        locked = await tx.lock_execution(execution_id, lease, now)
-        execution = locked.execution
-        check_owner(execution, agent_id)
-        if execution.status.is_terminal:
-            raise ExecutionTerminal(f"execution {execution_id} is {execution.status}")
-        if not locked.lease_live:
-            raise lease_superseded(execution_id, lease)
+        execution = (await lock_live(tx, execution_id, agent_id, lease, now)).execution
         batch = EventBatch(execution, now)
         return mark_started(execution, batch), batch
-
-
-async def apply_touch(
-    tx: Transaction, execution_id: str, step_id: str, live: Touch, seq: int
-) -> None:
-    """A live step's writes (§33.5): its affected keys, each touched resource's new
-    generation, and its open checkpoints closed at the `step.executing` (`seq`)."""
-    await tx.set_affected_keys(step_id, live.affected)
-    for touched in live.touched:
-        await tx.put_resource(touched)
-        await tx.close_checkpoints(execution_id, touched.key, seq)
-
-
-async def settle(
-    tx: Transaction,
-    execution: Execution,
-    settled: Sequence[Step],
-    captures: Captures = NO_CAPTURES,
-    covered_seq: int = 0,
-    batch: EventBatch | None = None,
-) -> None:
-    """Steps that left `executing` in this transaction count toward the resources they
-    affect (§33.6); then the captures that came with an outcome, covering `covered_seq`.
-    Reads nothing for an execution without resources and no captures."""
-    if not execution.has_resources:
-        if captures and batch is not None:
-            await record_captures(tx, execution, captures, batch, covered_seq)
-        return
-    affected = await tx.affected_keys([s.step_id for s in settled]) if settled else {}
-    stored = {r.key: r for r in await tx.list_resources(execution.id)}
-    by_key = dict(stored)
-    for step in settled:
-        for counted in rules.settle(list(by_key.values()), affected.get(step.step_id, ())):
-            by_key[counted.key] = counted
-    for key, counted in by_key.items():
-        if counted is not stored[key]:
-            await tx.put_resource(counted)
-    if captures and batch is not None:
-        await _judge(tx, execution, by_key, captures, batch, covered_seq)
-
-
-async def record_captures(
-    tx: Transaction, execution: Execution, captures: Captures, batch: EventBatch, seq: int
-) -> None:
-    """§33.4's processing, for a publish: failures first, then each capture in order."""
-    if not captures:
-        return
-    stored = await tx.list_resources(execution.id) if execution.has_resources else []
-    await _judge(tx, execution, {r.key: r for r in stored}, captures, batch, seq)
-
-
-async def _judge(
-    tx: Transaction,
-    execution: Execution,
-    resources: dict[str, Resource],
-    captures: Captures,
-    batch: EventBatch,
-    covered_seq: int,
-) -> None:
-    for failure in captures.failures:
-        _failed(batch, failure.key, failure.generation, failure.error)
-    if not captures.captures:
-        return
-    writing = await tx.writing_keys(execution.id) if resources else set()
-    for capture, reason in rules.judge(resources, writing, captures.captures):
-        if reason is not None:
-            _failed(batch, capture.key, capture.generation, reason)
-            continue
-        checkpoint = Checkpoint(
-            execution.id, capture.key, capture.generation, capture.checkpoint_ref, covered_seq
-        )
-        await tx.insert_checkpoint(checkpoint)
-        batch.add(EventType.RESOURCE_CHECKPOINTED, checkpoint_payload(checkpoint))
-
-
-def _failed(batch: EventBatch, key: str, generation: int, error: str) -> None:
-    batch.add(
-        EventType.RESOURCE_CHECKPOINT_FAILED,
-        {"key": key, "generation": generation, "error": error[: rules.MAX_ERROR_CHARS]},
-    )

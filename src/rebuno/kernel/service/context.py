@@ -1,6 +1,9 @@
-"""What every use case shares: the store, settings, clock, policy cache and wake-up hook.
+"""What every use case and transaction fragment shares: the store, the settings, the clock, the
+policy cache, this process's knowledge and its wake-ups (`Context`).
 
-Must not import a concrete store backend, the API, or httpx.
+Every use-case class derives from `Context` and from nothing else, so a use case reaches
+another's work only through a fragment below it; `Kernel` composes them.
+Must not import a concrete store backend, the API, httpx or a use-case module.
 """
 
 from __future__ import annotations
@@ -11,20 +14,24 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
 import uuid_utils
 
 from rebuno.kernel import metrics
 from rebuno.kernel.config import Settings
+from rebuno.kernel.decision.submission import Rules
+from rebuno.kernel.domain.decision import StepRequest
+from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.records import Dispatch, Execution, replace
+from rebuno.kernel.policy.engine import PERMISSIVE, PolicyResult, bundle_error
 from rebuno.kernel.policy.loader import BundleCache
 from rebuno.kernel.service.activity import Activity
-from rebuno.kernel.service.restoration import inherit
 from rebuno.kernel.service.shortcuts import Shortcuts
-from rebuno.kernel.store.base import Store, Transaction, Unchanged, execution_lock, session_lock
+from rebuno.kernel.store.base import Store, Transaction, Unchanged
 from rebuno.kernel.stream.bus import StreamBus
-from rebuno.protocol.enums import DispatchStatus, ExecutionStatus
+from rebuno.protocol.enums import DispatchStatus
 from rebuno.protocol.events import EventType
 
 Clock = Callable[[], datetime]
@@ -53,8 +60,8 @@ class Wake(asyncio.Event):
         self.record: Execution | None = None
 
 
-class ServiceBase:
-    """State shared by the use-case mixins that make up `Kernel`."""
+class Context:
+    """The state the use cases share; each use-case class of `Kernel` derives from it."""
 
     def __init__(
         self,
@@ -136,48 +143,41 @@ class ServiceBase:
         await tx.insert_dispatch(dispatch)
         batch.dispatch(EventType.DISPATCH_QUEUED, dispatch, DispatchStatus.PENDING.value)
 
-    # -- sessions (§24.3): shared by every use case that creates or ends an execution -----
-    async def _admit_next(self, tx: Transaction, session: str, now: datetime) -> Execution | None:
-        """§24.3, under the session's lock: when no admitted execution of the session is
-        live, its oldest waiter whose deadline has not passed is admitted, with the agent's
-        latest completed execution in the session as its parent unless it has one, and
-        queued for delivery. Returns the execution admitted."""
-        if await tx.session_held(session):
-            return None
-        waiter = await tx.first_waiter(session, now)
-        if waiter is None:
-            return None
-        await tx.take_lock(execution_lock(waiter.id))
-        waiter = await tx.get_execution(waiter.id)  # as it is under its lock
-        if waiter.admitted_at is not None or waiter.status is not ExecutionStatus.PENDING:
-            return None
-        parent = waiter.parent_execution_id or await tx.last_completed(waiter.agent_id, session)
-        await tx.admit(waiter.id, now, parent)
-        admitted = replace(waiter, admitted_at=now, parent_execution_id=parent)
-        batch = EventBatch(admitted, now)
-        if parent is not None and waiter.parent_execution_id is None:
-            # §33.8.4: an implicit parent is completed, so its resources no longer change
-            # and are read without its lock.
-            inherited = await tx.list_resources(parent)
-            await inherit(tx, admitted.id, inherited, batch)
-            admitted = replace(admitted, has_resources=bool(inherited))
-        await self.enqueue(tx, batch, self.new_dispatch(admitted.id, now))
-        return await flush(tx, admitted, batch)
-
-    async def release_session(self, session: str) -> None:
-        """Admits the session's next waiter when nothing holds it: the follow-up of every
-        end of a session's execution (§24.3), and the lineage sweep's repair."""
-        async with self.transaction() as tx:
-            await tx.take_lock(session_lock(session))
-            admitted = await self._admit_next(tx, session, self.clock())
-        if admitted is not None:
-            self.shortcuts.created(admitted.id)
+    async def reclaim_expired_leases(self) -> int:
+        """Returns every expired lease to the queue and wakes the dispatch loop: the reaper's
+        tick, and the second half of reclaiming the deliveries of a restarted agent
+        instance."""
+        count = await self.store.reclaim_expired(self.clock(), self.settings.dispatch_lease_timeout)
+        metrics.leases_reclaimed(count)
+        if count:
+            log.info("returned %d expired dispatch leases to the queue", count)
             self.wake()
+        return count
 
-    async def after_end(self, record: Execution) -> None:
-        """The follow-ups of an execution's end, run after its commit by every use case that
-        ends one (`lineage.LineageUseCases` implements them)."""
-        raise NotImplementedError
+    @cached_property
+    def rules(self) -> Rules:
+        """What deciding a submission needs besides it; built once: the settings never
+        change."""
+        return Rules(approval_timeout=self.settings.approval_timeout, new_id=new_id)
+
+    def verdict(
+        self, execution: Execution, policy_bundle: str | None, request: StepRequest
+    ) -> PolicyResult:
+        """The policy's verdict on a new step. Fail closed: a stored bundle that no longer
+        compiles denies rather than allows. A bundle's verdict names the bundle by its hash
+        (§35.6)."""
+        if not policy_bundle:
+            return PERMISSIVE
+        hashed = self.bundles.hash_of(policy_bundle)
+        try:
+            bundle = self.bundles.get(policy_bundle)
+        except ValidationFailed:
+            log.exception("stored policy bundle of agent %s no longer compiles", execution.agent_id)
+            return replace(bundle_error("policy_bundle_invalid"), policy_hash=hashed)
+        verdict = metrics.evaluate_policy(
+            bundle, execution.agent_id, request.kind, request.target, request.args
+        )
+        return replace(verdict, policy_hash=hashed)
 
 
 async def flush(tx: Transaction, execution: Execution, batch: EventBatch) -> Execution:

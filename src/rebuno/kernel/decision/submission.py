@@ -1,30 +1,29 @@
-"""The decision core of a step submission (§8): `decide`, one pure function that every way of
-answering a submission calls, so the locked path and the unlocked replay read cannot drift.
+"""The decision of a step submission (§8): `decide`, one pure function that every way of
+answering a submission calls (the locked script, the unlocked replay read and a followed run),
+so they cannot drift.
 
 `decide` answers from what was read (the execution, the step recorded at the submission's
 occurrence, the lease, the policy's verdict and the facts a new step's limits need) and the
-time, and returns a `Plan`: the answer and the writes it implies. It does no I/O, reads no
-clock and draws no random number: its events go into the `EventBatch` it is given, every
-other write is a field of the plan, and the caller applies them in its transaction. A caller
-that may not write (the unlocked read) answers only a plan that writes nothing.
+time, and returns a `Plan`: the answer and the writes it implies. Its events go into the
+`EventBatch` it is given, every other write is a field of the plan, and the caller applies
+them in its transaction. A caller that may not write (the unlocked read) answers only a plan
+that writes nothing.
 
-Rows R1-R6 decide a recorded step, rows N0-N7 a new one (docs/protocol.md, §8).
-
-Must import only the domain, the policy engine's result types and `rebuno.protocol`: never
-the store, the stream, metrics, asyncio or another use-case module (an import contract).
+Rows R1-R6 decide a recorded step, rows N0-N7 a new one (docs/protocol.md, §8.2).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from rebuno.kernel.domain import step as steps
-from rebuno.kernel.domain.decision import StepDecision, StepRequest
+from rebuno.kernel.domain.decision import Carried, StepDecision, StepRequest
 from rebuno.kernel.domain.errors import lease_superseded
 from rebuno.kernel.domain.event import EventBatch
 from rebuno.kernel.domain.execution import check_owner, mark_started, transition
+from rebuno.kernel.domain.identity import step_id as compute_step_id
 from rebuno.kernel.domain.records import Approval, Execution, Lease, Resource, Step, replace
 from rebuno.kernel.domain.resource import NO_TOUCH, Touch, affected_keys, touch
 from rebuno.kernel.policy.engine import PolicyResult
@@ -41,6 +40,53 @@ from rebuno.protocol.events import EventType
 
 BUDGET_EXCEEDED = steps.BUDGET_EXCEEDED_REASON
 RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+
+
+class StepIds:
+    """The step id of each occurrence of one request, each computed once: a store that looks
+    the step up by id and every way of deciding the submission ask for the same one (a plain
+    dict, cheaper than a `functools.cache` wrapper built per submission)."""
+
+    __slots__ = ("_execution_id", "_ids", "_request")
+
+    def __init__(self, execution_id: str, request: StepRequest) -> None:
+        self._execution_id = execution_id
+        self._request = request
+        self._ids: dict[int, str] = {}
+
+    def __call__(self, occurrence: int) -> str:
+        found = self._ids.get(occurrence)
+        if found is None:
+            request = self._request
+            found = self._ids[occurrence] = compute_step_id(
+                self._execution_id,
+                request.kind.value,
+                request.target,
+                request.args_hash,
+                occurrence,
+            )
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class StepSubmission:
+    """A step submission as the agent's request makes it (§8), before anything is read: the
+    input of every way of deciding it."""
+
+    execution_id: str
+    agent_id: str
+    lease: Lease
+    request: StepRequest
+    outcomes: Sequence[Carried]
+    """What the request carries before the submission, recorded first."""
+    occurrence: int | None
+    """The agent's own number for this submission (`step-occurrences`), which replaces the
+    dispatch's counter; None to count as §7.3 does."""
+    step_ids: StepIds
+
+    def own_slot(self, occurrence: int) -> Slot:
+        """The slot at the agent's own `occurrence`, as it is before anything is read."""
+        return Slot(occurrence, self.step_ids(occurrence), None, kernel_counted=False)
 
 
 @dataclass(frozen=True, slots=True)

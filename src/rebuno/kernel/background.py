@@ -1,24 +1,27 @@
-"""Background work (§17): the lease reaper on every replica, and the singleton sweeps
-(approval expiry, deadlines, retention) behind the leader lock.
+"""Background work (§17): the dispatch loop and the lease reaper on every replica, and the
+singleton sweeps (approval expiry, deadlines, the lineage sweep, retention) behind the leader
+lock. Like the API, they drive the use cases of `Kernel`; the composition root starts them.
 
 Each job is one tick function plus a loop that runs it on its cadence. A failed tick is
 logged and retried on the next one: background work must outlive a database restart.
-Must not import a concrete store backend, the API, or httpx.
+Must not import a concrete store backend, the API, or httpx: the deliverer is a protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
 from rebuno.kernel import metrics
+from rebuno.kernel.decision.ending import DEADLINE_EXCEEDED
+from rebuno.kernel.domain.dispatch import Deliverer
 from rebuno.kernel.domain.errors import ExecutionTerminal, NotFound
-from rebuno.kernel.service.base import log
-from rebuno.kernel.service.dispatches import reclaim_expired_leases
-from rebuno.kernel.service.executions import DEADLINE_EXCEEDED
+from rebuno.kernel.service.context import log
 from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.store.base import ClaimedDispatch
 
 PAGE = 100
 
@@ -142,7 +145,7 @@ def jobs(kernel: Kernel) -> list[tuple[str, Coroutine[Any, Any, None]]]:
             "lease-reaper",
             every(
                 reaper_interval(kernel),
-                lambda: reclaim_expired_leases(kernel),
+                kernel.reclaim_expired_leases,
                 "reaper",
                 "dispatch",
             ),
@@ -157,3 +160,77 @@ def jobs(kernel: Kernel) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         interval = settings.deadline_check_interval
         loops.append(("deadlines", every(interval, deadlines, "deadlines", "singletons")))
     return loops
+
+
+class DispatchLoop:
+    """Claims and delivers with at most `concurrency` deliveries in flight (§12.2).
+
+    It claims only as many dispatches as it has idle delivery workers, so it never holds work
+    another replica could start sooner. It sleeps until woken (a dispatch enqueued in this
+    process, a NOTIFY from another replica, a worker finishing) or until the idle poll."""
+
+    def __init__(self, kernel: Kernel, deliverer: Deliverer) -> None:
+        self._kernel = kernel
+        self._deliverer = deliverer
+        self._idle = kernel.settings.dispatch_concurrency
+        self._poll = kernel.settings.dispatch_poll_interval.total_seconds()
+        self._wakeup = asyncio.Event()
+        self._workers: set[asyncio.Task[None]] = set()
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                # Cleared before the claim: a wake-up that arrives during it is not lost. A claim
+                # takes every due dispatch it has room for, so without one there is nothing to
+                # claim again until a wake-up (an enqueue, a worker freed at full capacity) or
+                # the poll interval (a retry coming due).
+                self._wakeup.clear()
+                await self._claim()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that races the wake-up, and the loop would never stop.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._poll):
+                        await self._wakeup.wait()
+        finally:
+            workers = list(self._workers)
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    async def _claim(self) -> None:
+        if self._idle <= 0:
+            return
+        try:
+            batch = await self._kernel.claim(self._idle)
+        except Exception:
+            metrics.worker_failed("dispatch")
+            log.exception("claiming dispatches failed; retrying after the idle poll")
+            return
+        for claimed in batch:
+            self._idle -= 1
+            metrics.delivery_started()
+            worker = asyncio.create_task(
+                self._deliver(claimed), name=f"deliver-{claimed.dispatch.id}"
+            )
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+
+    async def _deliver(self, claimed: ClaimedDispatch) -> None:
+        try:
+            await self._kernel.deliver(claimed, self._deliverer)
+        except Exception:
+            metrics.worker_failed("dispatch")
+            # The claim stays in flight and the reaper returns it after the lease.
+            log.exception(
+                "recording delivery failed: execution_id=%s dispatch_id=%s",
+                claimed.dispatch.execution_id,
+                claimed.dispatch.id,
+            )
+        finally:
+            metrics.delivery_finished()
+            self._idle += 1
+            if self._idle == 1:  # a claim may have found no room: look again now
+                self._wakeup.set()
