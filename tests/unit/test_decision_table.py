@@ -18,15 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rebuno.kernel.domain import step as steps
-from rebuno.kernel.domain.decision import StepDecision, StepRequest
-from rebuno.kernel.domain.errors import Forbidden, LeaseSuperseded
-from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
-from rebuno.kernel.policy.engine import ApprovalConfig, Budget, PolicyResult, RateLimit
-
 # Every name of the decision core, in one place.
-from rebuno.kernel.service.plan import (
+from rebuno.kernel.decision.submission import (
     Facts,
     LeaseView,
     Plan,
@@ -36,6 +29,12 @@ from rebuno.kernel.service.plan import (
     admit,
     decide,
 )
+from rebuno.kernel.domain import step as steps
+from rebuno.kernel.domain.decision import StepDecision, StepRequest
+from rebuno.kernel.domain.errors import Forbidden, LeaseSuperseded
+from rebuno.kernel.domain.event import EventBatch
+from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
+from rebuno.kernel.policy.engine import ApprovalConfig, Budget, PolicyResult, RateLimit
 from rebuno.protocol.enums import (
     Decision,
     ExecutionStatus,
