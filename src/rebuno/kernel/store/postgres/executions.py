@@ -58,7 +58,8 @@ _OVERDUE = """
     ORDER BY id LIMIT %s
 """
 # What goes with the executions a retention statement deletes (`gone`), in the same statement:
-# only approvals still cascade (008_hot_path_keys). Ends the statement with how many went.
+# only approvals cascade (the rows a step writes have no foreign key, `001_baseline.sql`).
+# Ends the statement with how many went.
 _CHILDREN_GONE = """, dispatches_gone AS (
         DELETE FROM dispatches WHERE execution_id IN (SELECT id FROM gone) RETURNING id
     ), counters_gone AS (
@@ -75,9 +76,9 @@ _CHILDREN_GONE = """, dispatches_gone AS (
     )
     SELECT count(*) FROM gone
 """
-# The children go in the same statement: only approvals still cascade (008_hot_path_keys). An
-# execution another one names as its parent stays, so that one's `previous` keeps answering
-# (§24.6); it goes on a later pass once the other has gone.
+# The children go in the same statement (`_CHILDREN_GONE`). An execution another one names as
+# its parent stays, so that one's `previous` keeps answering (§24.6); it goes on a later pass
+# once the other has gone.
 _DELETE_TERMINAL = f"""
     WITH gone AS (
         DELETE FROM executions WHERE id IN (

@@ -3,56 +3,13 @@
 -- transaction. Each statement either replaces (CREATE OR REPLACE) or looks before it acts, so
 -- applying the file again changes nothing, and a database migrated by an older kernel ends up
 -- with exactly what a new database gets. Migrations change the schema only.
--- A function whose arguments or result change cannot be replaced: drop its older form first,
--- in the first section, and only while that older form is still there.
+-- A function whose arguments or result change cannot be replaced: a release that changes one
+-- drops its older form first, at the top of this file, while that form can still be there.
 --
 -- Rows travel as JSON objects whose keys are the columns' names, read with
 -- `jsonb_populate_record(set)` into the table's own row type. Timestamps are ISO 8601 text with
 -- their offset; the JSON values of the records are JSON strings, so a text column receives
 -- their exact text.
-
--- == Older forms =============================================================================
-
--- Up to migration 009 `rebuno_load_submission` returned the composite type
--- `rebuno_submission`; it now declares its columns itself.
-DO $$
-BEGIN
-    IF to_regtype('rebuno_submission') IS NOT NULL THEN
-        DROP FUNCTION IF EXISTS rebuno_load_submission(
-            bigint, text, text, integer, timestamptz, text, text, text, text[]);
-        DROP TYPE rebuno_submission;
-    END IF;
-END
-$$;
-
--- Up to migration 012 the two reads under the lock returned no origin columns (§27, §24), and up
--- to migration 014 not `e_has_resources` (§33): a result that changes needs the function
--- dropped first.
-DO $$
-DECLARE
-    lock_execution regprocedure :=
-        to_regprocedure('rebuno_lock_execution(bigint, text, text, integer, timestamptz)');
-    load_submission regprocedure := to_regprocedure(
-        'rebuno_load_submission(bigint, text, text, integer, timestamptz, text, text, text, text[])');
-BEGIN
-    IF lock_execution IS NOT NULL
-        AND pg_get_function_result(lock_execution) NOT LIKE '%e_has_resources%'
-    THEN
-        DROP FUNCTION rebuno_lock_execution(bigint, text, text, integer, timestamptz);
-    END IF;
-    IF load_submission IS NOT NULL
-        AND pg_get_function_result(load_submission) NOT LIKE '%e_has_resources%'
-    THEN
-        DROP FUNCTION rebuno_load_submission(
-            bigint, text, text, integer, timestamptz, text, text, text, text[]);
-    END IF;
-END
-$$;
-
--- Before `p_childless`, the condition of an optimistic transaction took one argument fewer;
--- only the functions of this file called it, and they call the new form.
-DROP FUNCTION IF EXISTS rebuno_apply_if_unchanged(
-    text, bigint, text, integer, timestamptz, text, jsonb);
 
 -- == Guards ==================================================================================
 
@@ -138,8 +95,7 @@ $$;
 -- constraints see exactly what separate statements would have done. An operation is an
 -- object: `op` names it, and the other keys are the columns of its row (`append_events` and
 -- `insert_steps` carry their rows under `rows`; `insert_dispatch` adds the enqueuing store's
--- `tag`). An array is the positional form kernels sent before this file; see
--- `rebuno_named_operation`.
+-- `tag`).
 CREATE OR REPLACE FUNCTION rebuno_apply(ops jsonb) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     op jsonb;
@@ -148,9 +104,6 @@ DECLARE
     d dispatches;
 BEGIN
     FOR op IN SELECT jsonb_array_elements(ops) LOOP
-        IF jsonb_typeof(op) = 'array' THEN
-            op := rebuno_named_operation(op);
-        END IF;
         CASE op->>'op'
         WHEN 'append_events' THEN
             INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
@@ -186,7 +139,6 @@ BEGIN
                 PERFORM pg_notify('rebuno_activity', (op->>'announce') || ' ' || e.id);
             END IF;
         WHEN 'insert_execution' THEN
-            -- A kernel older than migration 012 sends no origin: `unknown` created it.
             INSERT INTO executions (id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
                 idempotency_key, parent_execution_id, created_by, on_behalf_of, session,
@@ -194,9 +146,9 @@ BEGIN
                 fork_seq, policy_bundle)
             SELECT id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
-                idempotency_key, parent_execution_id, COALESCE(created_by, 'unknown'),
-                on_behalf_of, session, admitted_at, spawned_by_execution_id, spawned_by_step_id,
-                forked_from, fork_seq, policy_bundle
+                idempotency_key, parent_execution_id, created_by, on_behalf_of, session,
+                admitted_at, spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq,
+                policy_bundle
             FROM jsonb_populate_record(NULL::executions, op);
             IF op->>'announce' IS NOT NULL THEN
                 PERFORM pg_notify('rebuno_activity', (op->>'announce') || ' ' || (op->>'id'));
@@ -269,67 +221,6 @@ BEGIN
         END CASE;
     END LOOP;
 END
-$$;
-
--- The positional form of an operation (`[name, values...]`), as kernels sent it before this
--- file, under the names of its values: during a rolling deploy the replicas not yet upgraded
--- keep writing. It can go once no kernel older than this file can be running.
-CREATE OR REPLACE FUNCTION rebuno_named_operation(op jsonb) RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    op_name text := op->>0;
-    step_columns text[] := ARRAY['step_id', 'execution_id', 'kind', 'target', 'args_hash',
-        'occurrence', 'status', 'idempotency', 'args', 'result', 'error', 'usage_input',
-        'usage_output', 'proposed_seq', 'started_at', 'completed_at'];
-    named jsonb;
-BEGIN
-    CASE op_name
-    WHEN 'append_events' THEN
-        SELECT jsonb_build_object('rows', COALESCE(jsonb_agg(rebuno_named_values(
-            ARRAY['execution_id', 'event_seq', 'type', 'payload', 'occurred_at'], r)), '[]'))
-        INTO named FROM jsonb_array_elements(op->1) AS r;
-    WHEN 'insert_steps' THEN
-        SELECT jsonb_build_object('rows', COALESCE(
-            jsonb_agg(rebuno_named_values(step_columns, r)), '[]'))
-        INTO named FROM jsonb_array_elements(op->1) AS r;
-    WHEN 'insert_step' THEN  -- before migration 009: one step per operation
-        op_name := 'insert_steps';
-        named := jsonb_build_object('rows',
-            jsonb_build_array(rebuno_named_values(step_columns, op - 0)));
-    WHEN 'update_step' THEN
-        named := rebuno_named_values(ARRAY['step_id', 'status', 'result', 'error',
-            'usage_input', 'usage_output', 'started_at', 'completed_at'], op - 0);
-    WHEN 'update_execution' THEN
-        named := rebuno_named_values(ARRAY['id', 'status', 'output', 'failure_reason',
-            'updated_at', 'last_event_seq'], op - 0);
-    WHEN 'insert_execution' THEN
-        named := rebuno_named_values(ARRAY['id', 'agent_id', 'agent_version', 'input',
-            'status', 'output', 'failure_reason', 'created_at', 'updated_at', 'deadline_at',
-            'last_event_seq'], op - 0);
-    WHEN 'set_occurrence' THEN
-        named := rebuno_named_values(ARRAY['dispatch_id', 'kind', 'target', 'args_hash',
-            'consumed'], op - 0);
-    WHEN 'insert_dispatch' THEN
-        named := rebuno_named_values(ARRAY['id', 'execution_id', 'status', 'attempt',
-            'max_attempts', 'next_attempt_at', 'locked_by', 'locked_at', 'created_at',
-            'updated_at', 'tag'], op - 0);
-    WHEN 'update_dispatch' THEN
-        named := rebuno_named_values(ARRAY['id', 'status', 'attempt', 'next_attempt_at',
-            'locked_by', 'locked_at', 'updated_at'], op - 0);
-    WHEN 'retire_dispatches' THEN
-        named := rebuno_named_values(ARRAY['execution_id', 'updated_at'], op - 0);
-    ELSE
-        named := '{}';  -- `rebuno_apply` refuses it by its name
-    END CASE;
-    RETURN named || jsonb_build_object('op', op_name);
-END
-$$;
-
--- An object of `names[i]: vals[i]`; a name without a value gets JSON null.
-CREATE OR REPLACE FUNCTION rebuno_named_values(names text[], vals jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT COALESCE(jsonb_object_agg(n.name, COALESCE(vals->(n.i::integer - 1), 'null')), '{}')
-    FROM unnest(names) WITH ORDINALITY AS n(name, i)
 $$;
 
 -- `rebuno_apply` for a transaction that inserts an execution: refuses (RB003, "agent <id> not
@@ -414,25 +305,6 @@ BEGIN
     END LOOP;
     RETURN applied;
 END
-$$;
-
--- The forms without `p_childless` and without a policy hash, as kernels sent them before
--- each: during a rolling deploy the replicas not yet upgraded keep writing. They can go once
--- no such kernel can be running.
-CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
-    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, p_policy_hash text, ops jsonb
-) RETURNS boolean LANGUAGE sql AS $$
-    SELECT rebuno_apply_unchanged(p_lock, p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        p_policy_hash, false, ops)
-$$;
-
-CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
-    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, ops jsonb
-) RETURNS boolean LANGUAGE sql AS $$
-    SELECT rebuno_apply_unchanged(p_lock, p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        NULL, false, ops)
 $$;
 
 -- == Reads under the lock ====================================================================
