@@ -3,8 +3,9 @@
 
 The migrations define no function and `functions.sql` all of them; applying either part
 again, or booting several replicas at once, changes nothing; every function the store's SQL
-calls exists with the arguments it passes; and a database migrated by a kernel before the
-first release is refused, saying what to do.
+calls exists with the arguments it passes (and returns the columns it selects); and a database
+migrated by a kernel before the first release is refused, saying what to do. That the tables
+have the columns the store names is `test_schema_columns.py`'s.
 """
 
 from __future__ import annotations

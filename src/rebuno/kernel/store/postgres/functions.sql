@@ -309,6 +309,10 @@ $$;
 
 -- == Reads under the lock ====================================================================
 
+-- The results name their columns after the tables': `e_` an execution's (`executions.COLUMNS`
+-- in the store's Python), `s_` a step's (`steps.COLUMNS`), in those lists' order, so the store
+-- maps each record from its own part of the row (`submissions.py`).
+
 -- Everything a step submission reads, in one call: the execution's lock (unless the caller
 -- holds it: `p_lock` NULL), the lease's strong check and renewal, the next occurrence, the
 -- execution, its agent's policy bundle, the step recorded under that occurrence, and the
@@ -324,16 +328,15 @@ CREATE OR REPLACE FUNCTION rebuno_load_submission(
     tag integer,
     e_id text, e_agent_id text, e_agent_version text, e_input text, e_status text,
     e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
-    e_deadline_at timestamptz, e_last_event_seq bigint,
+    e_deadline_at timestamptz, e_last_event_seq bigint, e_idempotency_key text,
+    e_parent_execution_id text, e_created_by text, e_on_behalf_of text, e_session text,
+    e_admitted_at timestamptz, e_spawned_by_execution_id text, e_spawned_by_step_id text,
+    e_forked_from text, e_fork_seq bigint, e_has_children boolean, e_has_resources boolean,
     lease_live boolean, occurrence integer, policy_bundle text,
     s_step_id text, s_execution_id text, s_kind text, s_target text, s_args_hash text,
     s_occurrence integer, s_status text, s_idempotency text, s_args text, s_result text,
     s_error text, s_usage_input bigint, s_usage_output bigint, s_proposed_seq bigint,
-    s_started_at timestamptz, s_completed_at timestamptz,
-    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
-    e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean,
-    e_has_resources boolean
+    s_started_at timestamptz, s_completed_at timestamptz
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
@@ -350,13 +353,13 @@ BEGIN
     RETURN QUERY
         SELECT 0, e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
+            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
+            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
+            e.forked_from, e.fork_seq, e.has_children, e.has_resources,
             live, next_occurrence, COALESCE(e.policy_bundle, a.policy_bundle),
             s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,
             s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,
-            s.proposed_seq, s.started_at, s.completed_at,
-            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
-            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq, e.has_children, e.has_resources
+            s.proposed_seq, s.started_at, s.completed_at
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
@@ -364,18 +367,20 @@ BEGIN
             AND s.occurrence = next_occurrence
         WHERE e.id = p_execution;
     IF cardinality(p_carried) > 0 THEN
-        -- By primary key alone; the caller keeps only the steps of this execution.
+        -- By primary key alone; the caller keeps only the steps of this execution. The same
+        -- columns, the execution's joined on nothing.
         RETURN QUERY
-            SELECT 1, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
-                NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-                NULL::bigint, NULL::boolean, NULL::integer, NULL::text,
+            SELECT 1, e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
+                e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
+                e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
+                e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
+                e.forked_from, e.fork_seq, e.has_children, e.has_resources,
+                NULL::boolean, NULL::integer, NULL::text,
                 s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence,
                 s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
-                s.usage_output, s.proposed_seq, s.started_at, s.completed_at,
-                NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
-                NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::boolean,
-                NULL::boolean
-            FROM steps s WHERE s.step_id = ANY(p_carried);
+                s.usage_output, s.proposed_seq, s.started_at, s.completed_at
+            FROM steps s LEFT JOIN executions e ON false
+            WHERE s.step_id = ANY(p_carried);
     END IF;
 END
 $$;
@@ -389,12 +394,11 @@ CREATE OR REPLACE FUNCTION rebuno_lock_execution(
 ) RETURNS TABLE (
     e_id text, e_agent_id text, e_agent_version text, e_input text, e_status text,
     e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
-    e_deadline_at timestamptz, e_last_event_seq bigint,
-    lease_live boolean, policy_bundle text,
-    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
-    e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean,
-    e_has_resources boolean
+    e_deadline_at timestamptz, e_last_event_seq bigint, e_idempotency_key text,
+    e_parent_execution_id text, e_created_by text, e_on_behalf_of text, e_session text,
+    e_admitted_at timestamptz, e_spawned_by_execution_id text, e_spawned_by_step_id text,
+    e_forked_from text, e_fork_seq bigint, e_has_children boolean, e_has_resources boolean,
+    lease_live boolean, policy_bundle text
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean := false;
@@ -408,10 +412,10 @@ BEGIN
     RETURN QUERY
         SELECT e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
-            live, COALESCE(e.policy_bundle, a.policy_bundle),
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
             e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq, e.has_children, e.has_resources
+            e.forked_from, e.fork_seq, e.has_children, e.has_resources,
+            live, COALESCE(e.policy_bundle, a.policy_bundle)
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         WHERE e.id = p_execution;

@@ -145,7 +145,10 @@ class GroupCommit:
             with translated(self._server):
                 cur = await conn.execute(writes.APPLY_UNCHANGED, member.params())
                 row = await cur.fetchone()
-        return bool(row and row[0])
+        if row is None:
+            return False
+        (applied,) = row
+        return bool(applied)
 
     async def _together(self, members: list[Member]) -> list[bool]:
         items = orjson.dumps([member.item() for member in members]).decode()
@@ -153,9 +156,10 @@ class GroupCommit:
             with translated(self._server):
                 cur = await conn.execute(writes.APPLY_UNCHANGED_ALL, (items,))
                 row = await cur.fetchone()
-        if row is None or len(row[0]) != len(members):
+        (applied,) = row or ([],)
+        if len(applied) != len(members):
             raise RuntimeError("rebuno_apply_unchanged_all answered for other members")
-        return [bool(applied) for applied in row[0]]
+        return [bool(one) for one in applied]
 
     async def close(self) -> None:
         """Waits for the groups on their way."""

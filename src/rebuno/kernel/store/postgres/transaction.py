@@ -58,6 +58,7 @@ from rebuno.kernel.store.postgres import (
     agents,
     api_keys,
     approvals,
+    checkpoints,
     dispatches,
     events,
     executions,
@@ -400,7 +401,7 @@ class PostgresTransaction:
         return await self._run(resources.list_resources, execution_id)
 
     async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
-        return await self._run(resources.list_checkpoints, execution_id)
+        return await self._run(checkpoints.list_for, execution_id)
 
     async def affected_keys(self, step_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
         return await self._run(resources.affected_keys, step_ids)
