@@ -237,56 +237,73 @@ BEGIN
 END
 $$;
 
--- An optimistic transaction in one statement: under the execution's lock, `rebuno_apply` only
--- while the execution is still at the `last_event_seq` its writes were built from; with a
--- policy hash, only while its bundle (its own, else its agent's; the empty text when it has
--- none) still hashes to it (§35.6), as a policy change moves no execution; with `p_childless`,
--- only while no sub-agent was started from it, as a child's create marks its parent without
--- moving it (§25.6); with a dispatch, also only while the dispatch has used no occurrence
--- counter and that lease owns it (renewed then). Returns whether it applied; when it did not,
--- nothing was written and the caller does the use case the ordinary way.
-CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
-    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, p_policy_hash text, p_childless boolean, ops jsonb
-) RETURNS boolean LANGUAGE plpgsql AS $$
+-- == The optimistic condition ==============================================================
+
+-- The condition of an optimistic transaction (`store/base.py`, `Unchanged`), written here once:
+-- `p_unchanged` is that value as a JSON object under its field names. Evaluated under the
+-- execution's lock (the caller holds it); true while every clause holds:
+--   `last_event_seq`: the execution is still at the record its writes were built from;
+--   `childless` (when true): no sub-agent was started from it, as a child's create marks its
+--     parent without moving it (§25.6);
+--   `policy_hash` (when given): its policy bundle (its own, else its agent's; the empty text
+--     when it has none) still hashes to it, as a policy change moves no execution (§35.6);
+--   `lease` and `now` (when given): the lease's dispatch has used no occurrence counter, and
+--     the lease owns the live dispatch, which is then renewed at `now`.
+-- `status` decides what the writes announce (`update_execution`), not whether they apply. A
+-- clause added here is added to the embedded store's `still_unchanged` too, with its test in
+-- `tests/store/test_optimistic_condition.py`.
+CREATE OR REPLACE FUNCTION rebuno_unchanged(p_execution text, p_unchanged jsonb)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    lease jsonb := NULLIF(p_unchanged->'lease', 'null');
+    hashed text := p_unchanged->>'policy_hash';
 BEGIN
-    PERFORM pg_advisory_xact_lock(p_lock);
-    RETURN rebuno_apply_if_unchanged(p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        p_policy_hash, p_childless, ops);
+    PERFORM 1 FROM executions e
+    WHERE e.id = p_execution AND e.last_event_seq = (p_unchanged->>'last_event_seq')::bigint
+        AND NOT (COALESCE((p_unchanged->>'childless')::boolean, false) AND e.has_children)
+        AND (hashed IS NULL OR encode(sha256(convert_to(COALESCE(e.policy_bundle,
+            (SELECT a.policy_bundle FROM agents a WHERE a.id = e.agent_id), ''), 'UTF8')),
+            'hex') = hashed);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF lease IS NULL OR p_unchanged->>'now' IS NULL THEN
+        RETURN true;
+    END IF;
+    PERFORM 1 FROM dispatch_step_counters WHERE dispatch_id = lease->>'dispatch_id' LIMIT 1;
+    RETURN NOT FOUND AND rebuno_renew_lease(p_execution, lease->>'dispatch_id',
+        (lease->>'attempt')::integer, (p_unchanged->>'now')::timestamptz);
+END
+$$;
+
+-- An optimistic transaction in one statement: `item` is an object of its `lock` (the
+-- execution's advisory-lock key), `execution_id`, `unchanged` (the condition above) and `ops`
+-- (`rebuno_apply`'s argument). Under that lock, the writes apply only while the condition
+-- holds. Returns whether they did; when they did not, nothing was written and the caller does
+-- the use case the ordinary way.
+CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(item jsonb) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock((item->>'lock')::bigint);
+    RETURN rebuno_apply_if_unchanged(item);
 END
 $$;
 
 -- The condition and the writes of `rebuno_apply_unchanged`, under the lock the caller holds.
-CREATE OR REPLACE FUNCTION rebuno_apply_if_unchanged(
-    p_execution text, p_seq bigint, p_dispatch text, p_attempt integer, p_now timestamptz,
-    p_policy_hash text, p_childless boolean, ops jsonb
-) RETURNS boolean LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION rebuno_apply_if_unchanged(item jsonb) RETURNS boolean
+LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM executions e
-    WHERE e.id = p_execution AND e.last_event_seq = p_seq
-        AND NOT (p_childless AND e.has_children)
-        AND (p_policy_hash IS NULL OR encode(sha256(convert_to(COALESCE(e.policy_bundle,
-            (SELECT a.policy_bundle FROM agents a WHERE a.id = e.agent_id), ''), 'UTF8')),
-            'hex') = p_policy_hash);
-    IF NOT FOUND THEN
+    IF NOT rebuno_unchanged(item->>'execution_id', item->'unchanged') THEN
         RETURN false;
     END IF;
-    IF p_dispatch IS NOT NULL THEN
-        PERFORM 1 FROM dispatch_step_counters WHERE dispatch_id = p_dispatch LIMIT 1;
-        IF FOUND OR NOT rebuno_renew_lease(p_execution, p_dispatch, p_attempt, p_now) THEN
-            RETURN false;
-        END IF;
-    END IF;
-    PERFORM rebuno_apply(ops);
+    PERFORM rebuno_apply(item->'ops');
     RETURN true;
 END
 $$;
 
 -- A group commit (`store/postgres/group.py`): several optimistic transactions in one, each an
--- object of `rebuno_apply_unchanged`'s arguments by name (`lock`, `execution_id`, `seq`,
--- `dispatch_id`, `attempt`, `now`, `policy_hash`, `childless`, `ops`). Each lock is only
--- tried, so a group never waits for one: a member whose execution is locked did not apply.
--- Returns, in order, whether each applied.
+-- item of `rebuno_apply_unchanged`. Each lock is only tried, so a group never waits for one: a
+-- member whose execution is locked did not apply. Returns, in order, whether each applied.
 CREATE OR REPLACE FUNCTION rebuno_apply_unchanged_all(items jsonb) RETURNS boolean[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -295,10 +312,7 @@ DECLARE
 BEGIN
     FOR item IN SELECT jsonb_array_elements(items) LOOP
         IF pg_try_advisory_xact_lock((item->>'lock')::bigint) THEN
-            applied := applied || rebuno_apply_if_unchanged(item->>'execution_id',
-                (item->>'seq')::bigint, item->>'dispatch_id', (item->>'attempt')::integer,
-                (item->>'now')::timestamptz, item->>'policy_hash',
-                COALESCE((item->>'childless')::boolean, false), item->'ops');
+            applied := applied || rebuno_apply_if_unchanged(item);
         ELSE
             applied := applied || false;
         END IF;

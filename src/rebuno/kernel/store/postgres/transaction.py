@@ -248,17 +248,8 @@ class PostgresTransaction:
 
     def unchanged_member(self, execution_id: str, unchanged: Unchanged) -> Member:
         """The writes as one statement that applies them only while `unchanged` holds."""
-        lease = unchanged.lease
         return Member(
-            execution_lock_key(execution_id),
-            execution_id,
-            unchanged.last_event_seq,
-            None if lease is None else lease.dispatch_id,
-            None if lease is None else lease.attempt,
-            unchanged.now,
-            unchanged.policy_hash,
-            unchanged.childless,
-            self._writes.take(),
+            execution_lock_key(execution_id), execution_id, unchanged, self._writes.take()
         )
 
     async def roll_back(self) -> None:

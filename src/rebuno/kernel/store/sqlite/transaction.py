@@ -409,27 +409,38 @@ def load_completion(
     )
 
 
-_SEQ = "SELECT last_event_seq, has_children FROM executions WHERE id = ?"
-_SEQ_AND_BUNDLE = """
+# What the condition of an optimistic transaction reads: the bundle only when a hash is given,
+# as the join costs a lookup in `agents`.
+_UNCHANGED = "SELECT last_event_seq, has_children, NULL FROM executions WHERE id = ?"
+_UNCHANGED_HASHED = """
     SELECT e.last_event_seq, e.has_children, COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e LEFT JOIN agents a ON a.id = e.agent_id WHERE e.id = ?
 """
+_COUNTER_USED = "SELECT 1 FROM dispatch_step_counters WHERE dispatch_id = ? LIMIT 1"
 
 
 def still_unchanged(conn: sqlite3.Connection, execution_id: str, unchanged: Unchanged) -> bool:
-    """Whether an optimistic transaction's condition holds (renewing the lease if it does)."""
+    """The condition of an optimistic transaction (`Unchanged`), the one place this store
+    evaluates it; PostgreSQL's is `rebuno_unchanged` (`functions.sql`), clause for clause:
+    the execution is still at `last_event_seq`; with `childless`, no sub-agent was started
+    from it; with `policy_hash`, its bundle (its own, else its agent's; the empty text when it
+    has none) still hashes to it; with a lease and `now`, the lease's dispatch has used no
+    occurrence counter and the lease owns it (renewed then). A clause added here is added
+    there too, with its test in `tests/store/test_optimistic_condition.py`."""
     hashed = unchanged.policy_hash
-    row = conn.execute(_SEQ if hashed is None else _SEQ_AND_BUNDLE, (execution_id,)).fetchone()
-    if row is None or row[0] != unchanged.last_event_seq:
+    query = _UNCHANGED if hashed is None else _UNCHANGED_HASHED
+    row = conn.execute(query, (execution_id,)).fetchone()
+    if row is None:
         return False
-    if unchanged.childless and row[1]:
+    last_event_seq, has_children, policy_bundle = row
+    if last_event_seq != unchanged.last_event_seq:
         return False
-    if hashed is not None and identity.policy_hash(row[2] or "") != hashed:
+    if unchanged.childless and has_children:
+        return False
+    if hashed is not None and identity.policy_hash(policy_bundle or "") != hashed:
         return False
     lease, now = unchanged.lease, unchanged.now
     if lease is None or now is None:
         return True
-    used = conn.execute(
-        "SELECT 1 FROM dispatch_step_counters WHERE dispatch_id = ? LIMIT 1", (lease.dispatch_id,)
-    ).fetchone()
+    used = conn.execute(_COUNTER_USED, (lease.dispatch_id,)).fetchone()
     return used is None and dispatches.renew_lease(conn, execution_id, lease, now)
