@@ -1,10 +1,11 @@
 """The schema a PostgreSQL database gets: the migrations (tables, columns, indexes) and then
 `functions.sql` (every function, and the triggers that run the guards).
 
-A new database and one migrated by an older kernel, which defined its functions in the
-migrations (`tests/fixtures/postgres_migrations_009`, frozen as released), end up the same;
-applying either part again, or booting several replicas at once, changes nothing; and every
-function the store's SQL calls exists with the arguments it passes.
+The migrations define no function and `functions.sql` all of them; applying either part
+again, or booting several replicas at once, changes nothing; every function the store's SQL
+calls exists with the arguments it passes (and returns the columns it selects); and a database
+migrated by a kernel before the first release is refused, saying what to do. That the tables
+have the columns the store names is `test_schema_columns.py`'s.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from pathlib import Path
 from types import ModuleType
 
 import psycopg
 import pytest
 
+from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.postgres import (
     PostgresStore,
     agents,
@@ -37,7 +38,6 @@ from rebuno.kernel.store.postgres.migrations import Migration
 
 pytestmark = pytest.mark.postgres
 
-_RELEASED = Path(__file__).parents[1] / "fixtures" / "postgres_migrations_009"
 _SQL_MODULES: tuple[ModuleType, ...] = (
     agents,
     approvals,
@@ -99,9 +99,9 @@ async def _empty(conn: Connection) -> None:
     await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
 
 
-async def _migrate_as_released(conn: Connection, shipped: list[Migration]) -> None:
-    """What the kernel did before `functions.sql`: each migration in its own transaction with
-    its row in the ledger, and nothing after them."""
+async def _migrate_only(conn: Connection, shipped: list[Migration]) -> None:
+    """The migrations as the runner applies them, each in its own transaction with its row in
+    the ledger, and nothing after them."""
     await conn.execute(
         "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
         " applied_at timestamptz NOT NULL DEFAULT now())"
@@ -115,36 +115,23 @@ async def _migrate_as_released(conn: Connection, shipped: list[Migration]) -> No
             )
 
 
-def _released() -> list[Migration]:
-    found = []
-    for path in sorted(_RELEASED.glob("*.sql")):
-        number, _, name = path.stem.partition("_")
-        found.append(Migration(int(number), name, path.read_text(encoding="utf-8")))
-    return found
-
-
 async def _open_and_close(url: str) -> None:
     store = PostgresStore(url, min_size=1, max_size=1)
     await store.open()
     await store.close()
 
 
-async def test_a_database_migrated_by_an_older_kernel_gets_the_schema_of_a_new_one(
+async def test_a_database_migrated_by_a_pre_release_kernel_is_refused_saying_what_to_do(
     postgres_url: str,
 ) -> None:
+    # Kernels before the first release recorded their own history, from `1 initial` on.
+    pre_release = [Migration(1, "initial", "SELECT 1"), Migration(2, "steps_listing_index", "")]
     async with await _connect(postgres_url) as conn:
-        new = await _snapshot(conn)
         await _empty(conn)
-        await _migrate_as_released(conn, _released())
+        await _migrate_only(conn, pre_release)
 
+    with pytest.raises(Unavailable, match=r"pre-release kernel.*'initial'.*recreate the database"):
         await _open_and_close(postgres_url)
-
-        assert await _snapshot(conn) == new
-        cur = await conn.execute("SELECT version FROM schema_migrations ORDER BY 1")
-        # The released ones, then whatever this kernel added since.
-        assert [row[0] for row in await cur.fetchall()] == [
-            m.version for m in migrations.available()
-        ]
 
 
 async def test_migrations_define_no_function_and_functions_sql_defines_them_all(
@@ -153,7 +140,7 @@ async def test_migrations_define_no_function_and_functions_sql_defines_them_all(
     async with await _connect(postgres_url) as conn:
         complete = await _snapshot(conn)
         await _empty(conn)
-        await _migrate_as_released(conn, migrations.available())
+        await _migrate_only(conn, migrations.available())
 
         schema_only = await _snapshot(conn)
         async with conn.transaction():
@@ -205,7 +192,7 @@ async def test_every_function_the_store_calls_exists_with_the_arguments_it_passe
     postgres_url: str,
 ) -> None:
     calls = _calls()
-    assert len(calls) >= 5  # the writes' three entry points and the two locked reads
+    assert len(calls) >= 6  # the writes' four entry points and the two locked reads
     async with await _connect(postgres_url) as conn:
         for index, statement in enumerate(calls):
             # PREPARE resolves every function by its name and argument types, runs nothing.

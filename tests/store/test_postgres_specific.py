@@ -14,7 +14,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import orjson
@@ -22,23 +22,20 @@ import psycopg
 import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
-from rebuno.kernel.domain.records import Lease, Step
-from rebuno.kernel.store.base import Stale, Unchanged, Wanted
+from rebuno.kernel.domain.records import Lease
+from rebuno.kernel.store.base import Stale, Unchanged
 from rebuno.kernel.store.postgres import PostgresStore, group, writes
-from rebuno.kernel.store.postgres.connection import execution_lock_key
 from rebuno.kernel.store.postgres.migrations import available
 from rebuno.kernel.store.postgres.pool import MostRecentFirstPool
-from rebuno.protocol.enums import DispatchStatus, ExecutionStatus, StepStatus
+from rebuno.protocol.enums import ExecutionStatus
 from tests.store.builders import (
     KEY,
     append_optimistically,
     dispatch,
     event,
-    execution,
     seed_dispatch,
     seed_execution,
     seed_in_flight,
-    step,
     step_id_for,
 )
 from tests.support import START, wait_until
@@ -154,148 +151,6 @@ async def test_apply_refuses_an_unknown_operation_and_writes_nothing_of_the_batc
 
     try:
         assert await store.list_events(created.id, 0, 10) == []
-    finally:
-        await store.close()
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
-async def test_apply_still_takes_the_positional_operations_of_an_older_kernel(
-    postgres_url: str,
-) -> None:
-    """During a rolling deploy a replica not yet upgraded sends each operation as an array of
-    its values in a fixed order, and a single step as `insert_step` (before migration 009)."""
-    store = PostgresStore(postgres_url)
-    await store.open()
-    await seed_execution(store)  # registers the agent
-    created = execution(last_event_seq=1)
-    first, second = step(created.id, 0), step(created.id, 1)
-    done = replace(first, status=StepStatus.SUCCEEDED, result='{"n": 1}', completed_at=NOW)
-    queued = dispatch(created.id)
-    claimed = replace(
-        queued,
-        status=DispatchStatus.IN_FLIGHT,
-        attempt=1,
-        locked_by="r1",
-        locked_at=NOW,
-        updated_at=NOW,
-    )
-    ended = replace(created, status=ExecutionStatus.COMPLETED, output='"ok"', updated_at=NOW)
-    logged = event(created.id, 1)
-
-    def step_values(s: Step) -> list[object]:
-        return [
-            s.step_id,
-            s.execution_id,
-            s.kind.value,
-            s.target,
-            s.args_hash,
-            s.occurrence,
-            s.status.value,
-            s.idempotency.value,
-            s.args,
-            s.result,
-            s.error,
-            s.usage_input,
-            s.usage_output,
-            s.proposed_seq,
-            _iso(s.started_at),
-            _iso(s.completed_at),
-        ]
-
-    ops = [
-        [
-            "insert_execution",
-            created.id,
-            created.agent_id,
-            created.agent_version,
-            created.input,
-            created.status.value,
-            created.output,
-            created.failure_reason,
-            _iso(created.created_at),
-            _iso(created.updated_at),
-            _iso(created.deadline_at),
-            created.last_event_seq,
-        ],
-        [
-            "append_events",
-            [
-                [
-                    logged.execution_id,
-                    logged.event_seq,
-                    logged.type,
-                    logged.payload,
-                    _iso(logged.occurred_at),
-                ]
-            ],
-        ],
-        ["insert_step", *step_values(first)],
-        ["insert_steps", [step_values(second)]],
-        [
-            "update_step",
-            done.step_id,
-            done.status.value,
-            done.result,
-            done.error,
-            done.usage_input,
-            done.usage_output,
-            _iso(done.started_at),
-            _iso(done.completed_at),
-        ],
-        [
-            "insert_dispatch",
-            queued.id,
-            queued.execution_id,
-            queued.status.value,
-            queued.attempt,
-            queued.max_attempts,
-            _iso(queued.next_attempt_at),
-            queued.locked_by,
-            _iso(queued.locked_at),
-            _iso(queued.created_at),
-            _iso(queued.updated_at),
-            "older",
-        ],
-        [
-            "update_dispatch",
-            claimed.id,
-            claimed.status.value,
-            claimed.attempt,
-            _iso(claimed.next_attempt_at),
-            claimed.locked_by,
-            _iso(claimed.locked_at),
-            _iso(claimed.updated_at),
-        ],
-        ["set_occurrence", claimed.id, KEY.kind.value, KEY.target, KEY.args_hash, 1],
-        [
-            "update_execution",
-            ended.id,
-            ended.status.value,
-            ended.output,
-            ended.failure_reason,
-            _iso(ended.updated_at),
-            ended.last_event_seq,
-        ],
-        ["retire_dispatches", created.id, _iso(NOW)],
-    ]
-
-    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
-        await conn.execute("SELECT rebuno_apply(%s::jsonb)", (orjson.dumps(ops).decode(),))
-
-    try:
-        assert await store.get_execution(created.id) == ended
-        assert await store.list_events(created.id, 0, 10) == [logged]
-        assert await store.list_steps(created.id, None) == [done, second]
-        async with store.transaction(created.id) as tx:
-            retired = await tx.get_dispatch(queued.id)
-            outcomes = await tx.load_outcomes(created.id, queued.id, Wanted({KEY: 1}, ()))
-        assert retired == replace(
-            claimed, status=DispatchStatus.EXHAUSTED, locked_by=None, locked_at=None
-        )
-        assert outcomes.consumed == {KEY: 1}
     finally:
         await store.close()
 
@@ -730,26 +585,3 @@ def _answers(store: PostgresStore) -> Callable[[], Awaitable[bool]]:
         return True
 
     return check
-
-
-@pytest.mark.parametrize(
-    "call",
-    [
-        "rebuno_apply_unchanged(%s, %s, %s, NULL, NULL, NULL, '[]'::jsonb)",
-        "rebuno_apply_unchanged(%s, %s, %s, NULL, NULL, NULL, NULL, '[]'::jsonb)",
-    ],
-    ids=["without-policy-hash", "without-childless"],
-)
-async def test_the_older_forms_of_an_optimistic_statement_still_decide(
-    replicas: tuple[PostgresStore, PostgresStore], postgres_url: str, call: str
-) -> None:
-    """Kernels not yet upgraded during a rolling deploy send the forms they knew."""
-    seen = await seed_execution(replicas[0])
-    lock = execution_lock_key(seen.id)
-    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
-        moved = await (await conn.execute(f"SELECT {call}", (lock, seen.id, 99))).fetchone()
-        kept = await (
-            await conn.execute(f"SELECT {call}", (lock, seen.id, seen.last_event_seq))
-        ).fetchone()
-
-    assert (moved, kept) == ((False,), (True,))

@@ -14,7 +14,7 @@ import pytest
 
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.sqlite import SqliteStore
-from rebuno.kernel.store.sqlite.schema import LATEST, MIGRATIONS
+from rebuno.kernel.store.sqlite.schema import BASELINE, LATEST
 from rebuno.kernel.store.sqlite.store import CHECKPOINT_EVERY
 from tests.store.builders import event, seed_execution
 
@@ -285,27 +285,13 @@ async def test_a_group_left_open_for_a_writer_that_was_cancelled_still_commits(
     assert [e.event_seq for e in await store.list_events(created.id, 0, 100)] == [1]
 
 
-async def test_a_database_of_the_first_version_is_migrated_keeping_its_rows(
-    tmp_path: Path,
+@pytest.mark.parametrize("version", range(1, BASELINE))
+async def test_a_file_of_a_pre_release_schema_version_is_refused_saying_what_to_do(
+    tmp_path: Path, version: int
 ) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
-        for statement in MIGRATIONS[0]:
-            conn.execute(statement)
-        conn.execute("PRAGMA user_version = 1")
-        conn.execute("INSERT INTO agents VALUES ('a', 'http://x', 's', NULL, NULL, 0)")
-    store = SqliteStore(str(path))
-    await store.open()
-    try:
-        agent = await store.get_agent("a")
-        columns = {row[1] for row in _columns(path, "dispatches")}
-    finally:
-        await store.close()
+        conn.execute(f"PRAGMA user_version = {version}")
 
-    assert agent.webhook_url == "http://x"
-    assert {"instance_name", "instance_incarnation"} <= columns
-
-
-def _columns(path: Path, table: str) -> list[tuple[object, ...]]:
-    with sqlite3.connect(path) as conn:
-        return conn.execute(f"PRAGMA table_info({table})").fetchall()
+    with pytest.raises(Unavailable, match=f"{path}.*version {version}.*pre-release.*new path"):
+        await SqliteStore(str(path)).open()

@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from rebuno.kernel.domain.errors import Conflict, ExecutionTerminal, NotFound
-from rebuno.kernel.store.base import ExecutionFilter, StepKey, Store, Unchanged
+from rebuno.kernel.store.base import ExecutionFilter, StepKey, Store
 from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
 from tests.store.builders import (
     KEY,
-    append_optimistically,
     event,
     execution,
     hex_id,
@@ -475,28 +474,3 @@ async def test_has_indeterminate_step_needs_same_key_failed_indeterminate(store:
         after = await tx.has_indeterminate_step(created.id, KEY)
 
     assert (before, after) == (False, True)
-
-
-# -- optimistic transactions -----------------------------------------------------------------
-
-
-async def test_an_optimistic_transaction_applies_only_on_the_record_it_was_built_on(
-    store: Store,
-) -> None:
-    seen = await seed_execution(store)
-
-    assert not await append_optimistically(store, seen, Unchanged(seen.last_event_seq + 1))
-    assert await append_optimistically(store, seen, Unchanged(seen.last_event_seq))
-    assert (await store.get_execution(seen.id)).last_event_seq == seen.last_event_seq + 1
-
-
-async def test_a_childless_optimistic_transaction_does_not_apply_once_a_child_was_started(
-    store: Store,
-) -> None:
-    seen = await seed_execution(store)
-    async with store.transaction(seen.id) as tx:
-        await tx.mark_parent(seen.id)  # as a child's create does: the record does not move
-
-    childless = Unchanged(seen.last_event_seq, childless=True)
-    assert not await append_optimistically(store, seen, childless)
-    assert await append_optimistically(store, seen, Unchanged(seen.last_event_seq))

@@ -221,7 +221,12 @@ class Unchanged:
     parent without moving it (§25.6). `status` is that record's status, when the writer
     knows it: an update that keeps it is then not announced to the other replicas (§40.5),
     as it would not be from a transaction that read it under the lock. `on` takes both from
-    the record."""
+    the record.
+
+    Each backend evaluates the condition in one place, clause for clause: PostgreSQL's
+    `rebuno_unchanged` (`functions.sql`), which receives this value whole as a JSON object
+    under its field names, and SQLite's `transaction.still_unchanged`. A new clause is a field
+    here, its clause in both, and its test in `tests/store/test_optimistic_condition.py`."""
 
     last_event_seq: int
     lease: Lease | None = None

@@ -12,17 +12,21 @@ from typing import Any
 
 from rebuno.kernel.domain.errors import Conflict, NotFound
 from rebuno.kernel.domain.records import Agent, AgentMetadata
+from rebuno.kernel.store.columns import names, qualified
 from rebuno.kernel.store.postgres.connection import Executor
 
-COLUMNS = "a.id, a.webhook_url, a.secret, a.policy_bundle, a.lease_timeout_seconds, a.registered_at"
-# Read only where the agent is shown (§36.2), never with a claimed dispatch: schemas can be
-# large, and delivering needs none of it.
-METADATA_COLUMNS = "a.description, a.input_schema, a.output_schema, a.metadata_updated_at"
-_ALL_COLUMNS = f"{COLUMNS}, {METADATA_COLUMNS}"
+COLUMNS = names("id, webhook_url, secret, policy_bundle, lease_timeout_seconds, registered_at")
+"""The columns of an `Agent`, in the order `to_record` takes them."""
+METADATA_COLUMNS = names("description, input_schema, output_schema, metadata_updated_at")
+"""Its metadata (§36), which `to_record` takes after `COLUMNS` when the row has them. Read
+only where the agent is shown (§36.2), never with a claimed dispatch: schemas can be large,
+and delivering needs none of it."""
+SELECTED = qualified("a", COLUMNS)
+_ALL = qualified("a", COLUMNS + METADATA_COLUMNS)
 
-_GET = f"SELECT {_ALL_COLUMNS} FROM agents a WHERE a.id = %s"
-_GET_LEAN = f"SELECT {COLUMNS} FROM agents a WHERE a.id = %s"
-_LIST = f"SELECT {_ALL_COLUMNS} FROM agents a ORDER BY a.id"
+_GET = f"SELECT {_ALL} FROM agents a WHERE a.id = %s"
+_GET_LEAN = f"SELECT {SELECTED} FROM agents a WHERE a.id = %s"
+_LIST = f"SELECT {_ALL} FROM agents a ORDER BY a.id"
 # `registered_at` is the first registration's; a re-registration only replaces the rest.
 _UPSERT = f"""
     INSERT INTO agents AS a (id, webhook_url, secret, policy_bundle, lease_timeout_seconds,
@@ -35,7 +39,7 @@ _UPSERT = f"""
         policy_bundle = CASE WHEN %(keep_bundle)s THEN a.policy_bundle
             ELSE EXCLUDED.policy_bundle END,
         lease_timeout_seconds = EXCLUDED.lease_timeout_seconds
-    RETURNING {_ALL_COLUMNS}
+    RETURNING {_ALL}
 """
 # One statement decides both outcomes, so the referencing check and the delete see the same
 # snapshot; an execution committed in between still trips the foreign key (a `Conflict`).
@@ -57,20 +61,24 @@ _SET_METADATA = """
 """
 
 
-def from_row(row: Sequence[Any]) -> Agent:
+def to_record(row: Sequence[Any]) -> Agent:
     """An agent from `COLUMNS`, followed by `METADATA_COLUMNS` when the row has them."""
+    id, webhook_url, secret, policy_bundle, lease_timeout_seconds, registered_at, *rest = row
     agent = Agent(
-        id=row[0],
-        webhook_url=row[1],
-        secret=row[2],
-        policy_bundle=row[3],
-        lease_timeout_seconds=row[4],
-        registered_at=row[5],
+        id=id,
+        webhook_url=webhook_url,
+        secret=secret,
+        policy_bundle=policy_bundle,
+        lease_timeout_seconds=lease_timeout_seconds,
+        registered_at=registered_at,
     )
-    if len(row) == 6:
+    if not rest:
         return agent
+    description, input_schema, output_schema, metadata_updated_at = rest
     return replace(
-        agent, metadata=AgentMetadata(row[6], row[7], row[8]), metadata_updated_at=row[9]
+        agent,
+        metadata=AgentMetadata(description, input_schema, output_schema),
+        metadata_updated_at=metadata_updated_at,
     )
 
 
@@ -79,12 +87,12 @@ async def get(conn: Executor, agent_id: str, metadata: bool = True) -> Agent:
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"agent {agent_id} not found")
-    return from_row(row)
+    return to_record(row)
 
 
 async def list_all(conn: Executor) -> list[Agent]:
     cur = await conn.execute(_LIST)
-    return [from_row(row) for row in await cur.fetchall()]
+    return [to_record(row) for row in await cur.fetchall()]
 
 
 async def upsert(conn: Executor, agent: Agent, keep_bundle: bool) -> Agent:
@@ -102,13 +110,13 @@ async def upsert(conn: Executor, agent: Agent, keep_bundle: bool) -> Agent:
     )
     row = await cur.fetchone()
     assert row is not None  # INSERT ... ON CONFLICT DO UPDATE always returns its row
-    return from_row(row)
+    return to_record(row)
 
 
 async def delete(conn: Executor, agent_id: str) -> None:
     cur = await conn.execute(_DELETE, {"id": agent_id})
     row = await cur.fetchone()
-    referenced, deleted = (row[0], row[1]) if row else (False, False)
+    referenced, deleted = row or (False, False)
     if referenced:
         raise Conflict(f"agent {agent_id} still has executions")
     if not deleted:

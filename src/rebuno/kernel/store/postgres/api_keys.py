@@ -13,14 +13,17 @@ from psycopg.types.json import Jsonb
 
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import NotFound
+from rebuno.kernel.store.columns import names
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import Scope
 
-COLUMNS = "id, name, scopes, secret_hash, created_at, revoked_at, created_by"
+COLUMNS = names("id, name, scopes, secret_hash, created_at, revoked_at, created_by")
+"""The columns of an `ApiKey`, in the order `to_record` takes them."""
+_SELECTED = ", ".join(COLUMNS)
 
-_FIND = f"SELECT {COLUMNS} FROM api_keys WHERE id = %s"
-_LIST = f"SELECT {COLUMNS} FROM api_keys ORDER BY id"
-_INSERT = f"INSERT INTO api_keys ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, NULL, %s)"
+_FIND = f"SELECT {_SELECTED} FROM api_keys WHERE id = %s"
+_LIST = f"SELECT {_SELECTED} FROM api_keys ORDER BY id"
+_INSERT = f"INSERT INTO api_keys ({_SELECTED}) VALUES (%s, %s, %s, %s, %s, NULL, %s)"
 # A compare-and-swap: a rotation that lost a race, or one of a revoked key, changes nothing.
 _ROTATE = """
     UPDATE api_keys SET secret_hash = %(new)s
@@ -32,27 +35,28 @@ _REVOKE = """
 """
 
 
-def from_row(row: Sequence[Any]) -> ApiKey:
+def to_record(row: Sequence[Any]) -> ApiKey:
+    id, name, scopes, secret_hash, created_at, revoked_at, created_by = row
     return ApiKey(
-        id=row[0],
-        name=row[1],
-        scopes=tuple(Scope(scope) for scope in row[2]),
-        secret_hash=bytes(row[3]),
-        created_at=row[4],
-        revoked_at=row[5],
-        created_by=row[6],
+        id=id,
+        name=name,
+        scopes=tuple(Scope(scope) for scope in scopes),
+        secret_hash=bytes(secret_hash),
+        created_at=created_at,
+        revoked_at=revoked_at,
+        created_by=created_by,
     )
 
 
 async def find(conn: Executor, key_id: str) -> ApiKey | None:
     cur = await conn.execute(_FIND, (key_id,))
     row = await cur.fetchone()
-    return None if row is None else from_row(row)
+    return None if row is None else to_record(row)
 
 
 async def list_all(conn: Executor) -> list[ApiKey]:
     cur = await conn.execute(_LIST)
-    return [from_row(row) for row in await cur.fetchall()]
+    return [to_record(row) for row in await cur.fetchall()]
 
 
 async def insert(conn: Executor, key: ApiKey) -> None:

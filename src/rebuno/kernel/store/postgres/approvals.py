@@ -12,17 +12,19 @@ from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Approval
+from rebuno.kernel.store.columns import names, qualified
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import ApprovalStatus
 
-COLUMNS = (
-    "ap.id, ap.step_id, ap.execution_id, ap.status, ap.approvers, ap.message, ap.timeout_at,"
-    " ap.decided_by, ap.decided_at, ap.rationale, ap.created_at, ap.asserted_by"
-)
+COLUMNS = names("""
+    id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at,
+    rationale, created_at, asserted_by
+""")
+"""The columns of an `Approval`, in the order `to_record` takes them."""
+SELECTED = qualified("ap", COLUMNS)
 
-_INSERT = """
-    INSERT INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at,
-        decided_by, decided_at, rationale, created_at, asserted_by)
+_INSERT = f"""
+    INSERT INTO approvals ({", ".join(COLUMNS)})
     VALUES (%s, %s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s)
 """
 _UPDATE = """
@@ -30,13 +32,13 @@ _UPDATE = """
         asserted_by = %s
     WHERE id = %s
 """
-_GET = f"SELECT {COLUMNS} FROM approvals ap WHERE ap.id = %s"
+_GET = f"SELECT {SELECTED} FROM approvals ap WHERE ap.id = %s"
 _PENDING_FOR_STEP = f"""
-    SELECT {COLUMNS} FROM approvals ap WHERE ap.step_id = %s AND ap.status = 'pending'
+    SELECT {SELECTED} FROM approvals ap WHERE ap.step_id = %s AND ap.status = 'pending'
     ORDER BY ap.created_at, ap.id LIMIT 1
 """
 _PENDING_FOR_EXECUTION = f"""
-    SELECT {COLUMNS} FROM approvals ap WHERE ap.execution_id = %s AND ap.status = 'pending'
+    SELECT {SELECTED} FROM approvals ap WHERE ap.execution_id = %s AND ap.status = 'pending'
     ORDER BY ap.created_at, ap.id
 """
 # Ids only: a row that would not read back fails its own expiry, not the listing.
@@ -46,20 +48,34 @@ _EXPIRED = """
 """
 
 
-def from_row(row: Sequence[Any]) -> Approval:
+def to_record(row: Sequence[Any]) -> Approval:
+    (
+        id,
+        step_id,
+        execution_id,
+        status,
+        approvers,
+        message,
+        timeout_at,
+        decided_by,
+        decided_at,
+        rationale,
+        created_at,
+        asserted_by,
+    ) = row
     return Approval(
-        id=row[0],
-        step_id=row[1],
-        execution_id=row[2],
-        status=ApprovalStatus(row[3]),
-        approvers=None if row[4] is None else tuple(row[4]),
-        message=row[5],
-        timeout_at=row[6],
-        decided_by=row[7],
-        decided_at=row[8],
-        rationale=row[9],
-        created_at=row[10],
-        asserted_by=row[11],
+        id=id,
+        step_id=step_id,
+        execution_id=execution_id,
+        status=ApprovalStatus(status),
+        approvers=None if approvers is None else tuple(approvers),
+        message=message,
+        timeout_at=timeout_at,
+        decided_by=decided_by,
+        decided_at=decided_at,
+        rationale=rationale,
+        created_at=created_at,
+        asserted_by=asserted_by,
     )
 
 
@@ -68,7 +84,7 @@ async def get(conn: Executor, approval_id: str) -> Approval:
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"approval {approval_id} not found")
-    return from_row(row)
+    return to_record(row)
 
 
 async def insert(conn: Executor, a: Approval) -> None:
@@ -100,12 +116,12 @@ async def update(conn: Executor, a: Approval) -> None:
 async def pending_for_step(conn: Executor, step_id: str) -> Approval | None:
     cur = await conn.execute(_PENDING_FOR_STEP, (step_id,))
     row = await cur.fetchone()
-    return None if row is None else from_row(row)
+    return None if row is None else to_record(row)
 
 
 async def pending_for_execution(conn: Executor, execution_id: str) -> list[Approval]:
     cur = await conn.execute(_PENDING_FOR_EXECUTION, (execution_id,))
-    return [from_row(row) for row in await cur.fetchall()]
+    return [to_record(row) for row in await cur.fetchall()]
 
 
 async def list_where(
@@ -121,11 +137,11 @@ async def list_where(
         params.append(execution_id)
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
     cur = await conn.execute(
-        f"SELECT {COLUMNS} FROM approvals ap {where} ORDER BY ap.created_at, ap.id", params
+        f"SELECT {SELECTED} FROM approvals ap {where} ORDER BY ap.created_at, ap.id", params
     )
-    return [from_row(row) for row in await cur.fetchall()]
+    return [to_record(row) for row in await cur.fetchall()]
 
 
 async def list_expired(conn: Executor, now: datetime, limit: int, after: str) -> list[str]:
     cur = await conn.execute(_EXPIRED, (now, after, limit))
-    return [row[0] for row in await cur.fetchall()]
+    return [approval_id for (approval_id,) in await cur.fetchall()]

@@ -15,6 +15,7 @@ from typing import Any
 from rebuno.kernel.domain.dispatch import MAX_AGENT_LEASE_SECONDS
 from rebuno.kernel.domain.records import Dispatch
 from rebuno.kernel.store.base import ClaimedDispatch
+from rebuno.kernel.store.columns import Layout, names, qualified
 from rebuno.kernel.store.postgres import agents, executions
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import DispatchStatus
@@ -24,13 +25,19 @@ CHANNEL = "rebuno_dispatch"
 """Notified by `rebuno_apply` when a dispatch is inserted, with the enqueuing store's tag."""
 RECLAIM_PAGE = 100
 
-COLUMNS = (
-    "d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,"
-    " d.locked_by, d.locked_at, d.created_at, d.updated_at"
-)
-WIDTH = 10
+COLUMNS = names("""
+    id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at,
+    created_at, updated_at
+""")
+"""The columns of a `Dispatch`, in the order `to_record` takes them."""
+APART = names("instance_name, instance_incarnation")
+"""The table's other columns: who acknowledged the attempt (`set_instance`), never read with
+the record."""
+COUNTER_COLUMNS = names("dispatch_id, kind, target, args_hash, consumed")
+"""The columns of `dispatch_step_counters`: an attempt's occurrences consumed per step key."""
+SELECTED = qualified("d", COLUMNS)
 
-_GET = f"SELECT {COLUMNS} FROM dispatches d WHERE d.id = %s"
+_GET = f"SELECT {SELECTED} FROM dispatches d WHERE d.id = %s"
 _CLAIM = f"""
     WITH due AS (
         SELECT id, status = 'pending' AND attempt > 0 AS reclaimed FROM dispatches
@@ -46,11 +53,12 @@ _CLAIM = f"""
         FROM due WHERE d.id = due.id
         RETURNING d.*
     )
-    SELECT {COLUMNS}, {executions.COLUMNS}, {agents.COLUMNS}, due.reclaimed
+    SELECT {SELECTED}, {executions.SELECTED}, {agents.SELECTED}, due.reclaimed
     FROM d JOIN due ON due.id = d.id
     JOIN executions e ON e.id = d.execution_id JOIN agents a ON a.id = e.agent_id
     ORDER BY d.next_attempt_at, d.id
 """
+_CLAIMED = Layout(COLUMNS, executions.COLUMNS, agents.COLUMNS, ("reclaimed",))
 _QUEUE = """
     SELECT count(*) FILTER (WHERE next_attempt_at <= %s), min(next_attempt_at) FROM dispatches
     WHERE status IN ('pending', 'failed')
@@ -80,7 +88,7 @@ _SET_INSTANCE = """
     WHERE id = %s AND attempt = %s AND status = 'in_flight'
 """
 _LIST_SUPERSEDED = f"""
-    SELECT {COLUMNS} FROM dispatches d JOIN executions e ON e.id = d.execution_id
+    SELECT {SELECTED} FROM dispatches d JOIN executions e ON e.id = d.execution_id
     WHERE d.status = 'in_flight' AND d.instance_name = %s AND d.instance_incarnation <> %s
         AND e.agent_id = %s
     ORDER BY d.id LIMIT %s
@@ -92,25 +100,37 @@ _EXPIRE_LEASE = """
 """
 
 
-def from_row(row: Sequence[Any]) -> Dispatch:
+def to_record(row: Sequence[Any]) -> Dispatch:
+    (
+        id,
+        execution_id,
+        status,
+        attempt,
+        max_attempts,
+        next_attempt_at,
+        locked_by,
+        locked_at,
+        created_at,
+        updated_at,
+    ) = row
     return Dispatch(
-        id=row[0],
-        execution_id=row[1],
-        status=DispatchStatus(row[2]),
-        attempt=row[3],
-        max_attempts=row[4],
-        next_attempt_at=row[5],
-        locked_by=row[6],
-        locked_at=row[7],
-        created_at=row[8],
-        updated_at=row[9],
+        id=id,
+        execution_id=execution_id,
+        status=DispatchStatus(status),
+        attempt=attempt,
+        max_attempts=max_attempts,
+        next_attempt_at=next_attempt_at,
+        locked_by=locked_by,
+        locked_at=locked_at,
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 
 async def get(conn: Executor, dispatch_id: str) -> Dispatch | None:
     cur = await conn.execute(_GET, (dispatch_id,))
     row = await cur.fetchone()
-    return None if row is None else from_row(row)
+    return None if row is None else to_record(row)
 
 
 async def claim(
@@ -121,21 +141,26 @@ async def claim(
     if limit <= 0:
         return []
     cur = await conn.execute(_CLAIM, {"now": now, "limit": limit, "replica": replica_id})
-    return [
-        ClaimedDispatch(
-            dispatch=from_row(row),
-            execution=executions.from_row(row[WIDTH : WIDTH + executions.WIDTH]),
-            agent=agents.from_row(row[WIDTH + executions.WIDTH : -1]),
-            reclaimed=row[-1],
-        )
-        for row in await cur.fetchall()
-    ]
+    return [_claimed(row) for row in await cur.fetchall()]
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedDispatch:
+    dispatch, execution, agent, (reclaimed,) = _CLAIMED.split(row)
+    return ClaimedDispatch(
+        dispatch=to_record(dispatch),
+        execution=executions.to_record(execution),
+        agent=agents.to_record(agent),
+        reclaimed=reclaimed,
+    )
 
 
 async def queue(conn: Executor, now: datetime) -> tuple[int, datetime | None]:
     cur = await conn.execute(_QUEUE, (now,))
     row = await cur.fetchone()
-    return (0, None) if row is None else (int(row[0]), row[1])
+    if row is None:
+        return 0, None
+    depth, earliest = row
+    return int(depth), earliest
 
 
 async def reclaim_page(conn: Executor, now: datetime, default_lease: timedelta) -> int:
@@ -158,7 +183,7 @@ async def list_superseded(
     cur = await conn.execute(
         _LIST_SUPERSEDED, (instance.name, instance.incarnation, agent_id, limit)
     )
-    return [from_row(row) for row in await cur.fetchall()]
+    return [to_record(row) for row in await cur.fetchall()]
 
 
 async def expire_lease(conn: Executor, dispatch_id: str, attempt: int) -> None:

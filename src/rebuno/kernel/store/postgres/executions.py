@@ -16,49 +16,45 @@ from typing import Any
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.store.base import ExecutionFilter, Page
+from rebuno.kernel.store.columns import Layout, names, qualified
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import ExecutionStatus
 
-CORE = (
-    "e.id, e.agent_id, e.agent_version, e.input, e.status, e.output, e.failure_reason,"
-    " e.created_at, e.updated_at, e.deadline_at, e.last_event_seq"
-)
-CORE_WIDTH = 11
-ORIGIN = (
-    "e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of, e.session,"
-    " e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id, e.forked_from, e.fork_seq,"
-    " e.has_children, e.has_resources"
-)
-ORIGIN_WIDTH = 12
-"""The origin columns (§27). The reads under the lock (`functions.sql`) return them last, after
-everything a kernel older than them reads by position."""
-COLUMNS = f"{CORE}, {ORIGIN}"
-WIDTH = CORE_WIDTH + ORIGIN_WIDTH
-"""How many columns `COLUMNS` names: where an execution ends in a joined row."""
+COLUMNS = names("""
+    id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at,
+    deadline_at, last_event_seq, idempotency_key, parent_execution_id, created_by, on_behalf_of,
+    session, admitted_at, spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq,
+    has_children, has_resources
+""")
+"""The columns of an `Execution`, in the order `to_record` takes them."""
+APART = names("state, policy_bundle, restoration")
+"""The table's other columns, each read and written on its own: never part of the record."""
+SELECTED = qualified("e", COLUMNS)
 
 TERMINAL = "('completed', 'failed', 'cancelled')"
 
-_GET = f"SELECT {COLUMNS} FROM executions e WHERE e.id = %s"
+_GET = f"SELECT {SELECTED} FROM executions e WHERE e.id = %s"
 _HOLD = f"{_GET} FOR KEY SHARE"
-_FIND = f"SELECT {COLUMNS} FROM executions e WHERE e.agent_id = %s AND e.idempotency_key = %s"
+_FIND = f"SELECT {SELECTED} FROM executions e WHERE e.agent_id = %s AND e.idempotency_key = %s"
 _STATE = "SELECT state FROM executions WHERE id = %s"
 # A list page: `COLUMNS` with an input or output over the page's limit (the first two `%s`)
 # left out, then the two sizes. `octet_length` reads a stored value's size from its header, so
 # a large one left out is never fetched or decompressed.
-_LISTED = (
-    "e.id, e.agent_id, e.agent_version,"
-    " CASE WHEN octet_length(e.input) > %s THEN 'null' ELSE e.input END, e.status,"
-    " CASE WHEN octet_length(e.output) > %s THEN NULL ELSE e.output END, e.failure_reason,"
-    f" e.created_at, e.updated_at, e.deadline_at, e.last_event_seq, {ORIGIN},"
-    " octet_length(e.input), octet_length(e.output)"
-)
+_LIMITED = {
+    "input": "CASE WHEN octet_length(e.input) > %s THEN 'null' ELSE e.input END",
+    "output": "CASE WHEN octet_length(e.output) > %s THEN NULL ELSE e.output END",
+}
+_LISTED = ", ".join(_LIMITED.get(column, f"e.{column}") for column in COLUMNS)
+_LISTED_ROW = Layout(COLUMNS, ("input_size", "output_size"))
+_LIST = f"SELECT {_LISTED}, octet_length(e.input), octet_length(e.output) FROM executions e"
 _OVERDUE = """
     SELECT id FROM executions
     WHERE status IN ('pending', 'running', 'blocked') AND deadline_at <= %s AND id > %s
     ORDER BY id LIMIT %s
 """
 # What goes with the executions a retention statement deletes (`gone`), in the same statement:
-# only approvals still cascade (008_hot_path_keys). Ends the statement with how many went.
+# only approvals cascade (the rows a step writes have no foreign key, `001_baseline.sql`).
+# Ends the statement with how many went.
 _CHILDREN_GONE = """, dispatches_gone AS (
         DELETE FROM dispatches WHERE execution_id IN (SELECT id FROM gone) RETURNING id
     ), counters_gone AS (
@@ -75,9 +71,9 @@ _CHILDREN_GONE = """, dispatches_gone AS (
     )
     SELECT count(*) FROM gone
 """
-# The children go in the same statement: only approvals still cascade (008_hot_path_keys). An
-# execution another one names as its parent stays, so that one's `previous` keeps answering
-# (§24.6); it goes on a later pass once the other has gone.
+# The children go in the same statement (`_CHILDREN_GONE`). An execution another one names as
+# its parent stays, so that one's `previous` keeps answering (§24.6); it goes on a later pass
+# once the other has gone.
 _DELETE_TERMINAL = f"""
     WITH gone AS (
         DELETE FROM executions WHERE id IN (
@@ -91,44 +87,65 @@ _DELETE_TERMINAL = f"""
     ){_CHILDREN_GONE}"""
 
 
-def from_row(row: Sequence[Any]) -> Execution:
+def to_record(row: Sequence[Any]) -> Execution:
+    (
+        id,
+        agent_id,
+        agent_version,
+        input,
+        status,
+        output,
+        failure_reason,
+        created_at,
+        updated_at,
+        deadline_at,
+        last_event_seq,
+        idempotency_key,
+        parent_execution_id,
+        created_by,
+        on_behalf_of,
+        session,
+        admitted_at,
+        spawned_by_execution_id,
+        spawned_by_step_id,
+        forked_from,
+        fork_seq,
+        has_children,
+        has_resources,
+    ) = row
     return Execution(
-        id=row[0],
-        agent_id=row[1],
-        agent_version=row[2],
-        input=row[3],
-        status=ExecutionStatus(row[4]),
-        output=row[5],
-        failure_reason=row[6],
-        created_at=row[7],
-        updated_at=row[8],
-        deadline_at=row[9],
-        last_event_seq=row[10],
-        idempotency_key=row[11],
-        parent_execution_id=row[12],
-        created_by=row[13],
-        on_behalf_of=row[14],
-        session=row[15],
-        admitted_at=row[16],
-        spawned_by_execution_id=row[17],
-        spawned_by_step_id=row[18],
-        forked_from=row[19],
-        fork_seq=row[20],
-        has_children=bool(row[21]),
-        has_resources=bool(row[22]),
+        id=id,
+        agent_id=agent_id,
+        agent_version=agent_version,
+        input=input,
+        status=ExecutionStatus(status),
+        output=output,
+        failure_reason=failure_reason,
+        created_at=created_at,
+        updated_at=updated_at,
+        deadline_at=deadline_at,
+        last_event_seq=last_event_seq,
+        idempotency_key=idempotency_key,
+        parent_execution_id=parent_execution_id,
+        created_by=created_by,
+        on_behalf_of=on_behalf_of,
+        session=session,
+        admitted_at=admitted_at,
+        spawned_by_execution_id=spawned_by_execution_id,
+        spawned_by_step_id=spawned_by_step_id,
+        forked_from=forked_from,
+        fork_seq=fork_seq,
+        has_children=has_children,
+        has_resources=has_resources,
     )
 
 
-def from_split_row(core: Sequence[Any], origin: Sequence[Any]) -> Execution:
-    """An execution from a read under the lock: its core columns and, apart, its origin."""
-    return from_row((*core[:CORE_WIDTH], *origin[:ORIGIN_WIDTH]))
-
-
 def _listed(row: Sequence[Any], payload_limit: int) -> Execution:
-    record = from_row(row)
+    columns, (input_size, output_size) = _LISTED_ROW.split(row)
+    record = to_record(columns)
     omitted = tuple(
         (name, size)
-        for name, size in (("input", row[WIDTH]), ("output", row[WIDTH + 1]))
+        for name, size in (("input", input_size), ("output", output_size))
         if size is not None and size > payload_limit
     )
     return replace(record, omitted=omitted) if omitted else record
@@ -139,7 +156,7 @@ async def get(conn: Executor, execution_id: str) -> Execution:
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
-    return from_row(row)
+    return to_record(row)
 
 
 async def hold(conn: Executor, execution_id: str) -> Execution:
@@ -150,14 +167,14 @@ async def hold(conn: Executor, execution_id: str) -> Execution:
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
-    return from_row(row)
+    return to_record(row)
 
 
 async def find(conn: Executor, agent_id: str, idempotency_key: str) -> Execution | None:
     """The agent's execution created under this idempotency key, if any (§27.1)."""
     cur = await conn.execute(_FIND, (agent_id, idempotency_key))
     row = await cur.fetchone()
-    return None if row is None else from_row(row)
+    return None if row is None else to_record(row)
 
 
 async def get_own_policy(conn: Executor, execution_id: str) -> str | None:
@@ -178,7 +195,8 @@ async def get_state(conn: Executor, execution_id: str) -> str | None:
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
-    return None if row[0] is None else str(row[0])
+    (state,) = row
+    return None if state is None else str(state)
 
 
 async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
@@ -201,9 +219,7 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
             params.append(value)
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
     params = [flt.payload_limit, flt.payload_limit, *params, flt.limit + 1]
-    cur = await conn.execute(
-        f"SELECT {_LISTED} FROM executions e {where} ORDER BY e.id DESC LIMIT %s", params
-    )
+    cur = await conn.execute(f"{_LIST} {where} ORDER BY e.id DESC LIMIT %s", params)
     rows = await cur.fetchall()
     items = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
     next_cursor = items[-1].id if len(rows) > flt.limit and items else None
@@ -212,7 +228,7 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
 
 async def list_overdue(conn: Executor, now: datetime, limit: int, after: str) -> list[str]:
     cur = await conn.execute(_OVERDUE, (now, after, limit))
-    return [row[0] for row in await cur.fetchall()]
+    return [execution_id for (execution_id,) in await cur.fetchall()]
 
 
 async def delete_terminal_before(conn: Executor, cutoff: datetime, limit: int) -> int:
@@ -220,7 +236,8 @@ async def delete_terminal_before(conn: Executor, cutoff: datetime, limit: int) -
     cur = await conn.execute(_DELETE_TERMINAL, {"cutoff": cutoff, "limit": limit})
     row = await cur.fetchone()
     assert row is not None
-    return int(row[0])
+    (deleted,) = row
+    return int(deleted)
 
 
 # -- sessions (§24) ----------------------------------------------------------------------------
@@ -231,7 +248,7 @@ _HELD = f"""
 """
 _USED = "SELECT EXISTS (SELECT 1 FROM executions WHERE session = %s)"
 _FIRST_WAITER = f"""
-    SELECT {COLUMNS} FROM executions e
+    SELECT {SELECTED} FROM executions e
     WHERE e.session = %s AND e.admitted_at IS NULL AND e.status = 'pending'
         AND (e.deadline_at IS NULL OR e.deadline_at > %s)
     ORDER BY e.id LIMIT 1
@@ -283,7 +300,10 @@ _DELETE_SESSION = f"""
 async def _one(conn: Executor, query: str, params: Any) -> Any:
     cur = await conn.execute(query, params)
     row = await cur.fetchone()
-    return None if row is None else row[0]
+    if row is None:
+        return None
+    (value,) = row
+    return value
 
 
 async def session_held(conn: Executor, session: str) -> bool:
@@ -297,7 +317,7 @@ async def session_used(conn: Executor, session: str) -> bool:
 async def first_waiter(conn: Executor, session: str, now: datetime) -> Execution | None:
     cur = await conn.execute(_FIRST_WAITER, (session, now))
     row = await cur.fetchone()
-    return None if row is None else from_row(row)
+    return None if row is None else to_record(row)
 
 
 async def last_completed(conn: Executor, agent_id: str, session: str) -> str | None:
@@ -307,12 +327,12 @@ async def last_completed(conn: Executor, agent_id: str, session: str) -> str | N
 
 async def sessions_to_admit(conn: Executor, limit: int) -> list[str]:
     cur = await conn.execute(_TO_ADMIT, (limit,))
-    return [str(row[0]) for row in await cur.fetchall()]
+    return [str(value) for (value,) in await cur.fetchall()]
 
 
 async def expired_sessions(conn: Executor, cutoff: datetime, limit: int) -> list[str]:
     cur = await conn.execute(_EXPIRED_SESSIONS, {"cutoff": cutoff, "limit": limit})
-    return [str(row[0]) for row in await cur.fetchall()]
+    return [str(value) for (value,) in await cur.fetchall()]
 
 
 async def delete_session(conn: Executor, session: str, cutoff: datetime) -> int:
@@ -320,7 +340,9 @@ async def delete_session(conn: Executor, session: str, cutoff: datetime) -> int:
 
 
 # -- sub-agents (§25) --------------------------------------------------------------------------
-_CHILDREN = f"SELECT {COLUMNS} FROM executions e WHERE e.spawned_by_execution_id = %s ORDER BY e.id"
+_CHILDREN = f"""
+    SELECT {SELECTED} FROM executions e WHERE e.spawned_by_execution_id = %s ORDER BY e.id
+"""
 _UNSETTLED = f"""
     SELECT c.id FROM executions c
     JOIN executions p ON p.id = c.spawned_by_execution_id
@@ -351,12 +373,12 @@ _STALLED = f"""
 async def children(conn: Executor, execution_id: str) -> list[Execution]:
     """The executions steps of this one started, oldest first."""
     cur = await conn.execute(_CHILDREN, (execution_id,))
-    return [from_row(row) for row in await cur.fetchall()]
+    return [to_record(row) for row in await cur.fetchall()]
 
 
 async def _ids(conn: Executor, query: str, limit: int) -> list[str]:
     cur = await conn.execute(query, (limit,))
-    return [str(row[0]) for row in await cur.fetchall()]
+    return [str(value) for (value,) in await cur.fetchall()]
 
 
 async def unsettled_children(conn: Executor, limit: int) -> list[str]:

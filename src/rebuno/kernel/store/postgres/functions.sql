@@ -3,56 +3,13 @@
 -- transaction. Each statement either replaces (CREATE OR REPLACE) or looks before it acts, so
 -- applying the file again changes nothing, and a database migrated by an older kernel ends up
 -- with exactly what a new database gets. Migrations change the schema only.
--- A function whose arguments or result change cannot be replaced: drop its older form first,
--- in the first section, and only while that older form is still there.
+-- A function whose arguments or result change cannot be replaced: a release that changes one
+-- drops its older form first, at the top of this file, while that form can still be there.
 --
 -- Rows travel as JSON objects whose keys are the columns' names, read with
 -- `jsonb_populate_record(set)` into the table's own row type. Timestamps are ISO 8601 text with
 -- their offset; the JSON values of the records are JSON strings, so a text column receives
 -- their exact text.
-
--- == Older forms =============================================================================
-
--- Up to migration 009 `rebuno_load_submission` returned the composite type
--- `rebuno_submission`; it now declares its columns itself.
-DO $$
-BEGIN
-    IF to_regtype('rebuno_submission') IS NOT NULL THEN
-        DROP FUNCTION IF EXISTS rebuno_load_submission(
-            bigint, text, text, integer, timestamptz, text, text, text, text[]);
-        DROP TYPE rebuno_submission;
-    END IF;
-END
-$$;
-
--- Up to migration 012 the two reads under the lock returned no origin columns (§27, §24), and up
--- to migration 014 not `e_has_resources` (§33): a result that changes needs the function
--- dropped first.
-DO $$
-DECLARE
-    lock_execution regprocedure :=
-        to_regprocedure('rebuno_lock_execution(bigint, text, text, integer, timestamptz)');
-    load_submission regprocedure := to_regprocedure(
-        'rebuno_load_submission(bigint, text, text, integer, timestamptz, text, text, text, text[])');
-BEGIN
-    IF lock_execution IS NOT NULL
-        AND pg_get_function_result(lock_execution) NOT LIKE '%e_has_resources%'
-    THEN
-        DROP FUNCTION rebuno_lock_execution(bigint, text, text, integer, timestamptz);
-    END IF;
-    IF load_submission IS NOT NULL
-        AND pg_get_function_result(load_submission) NOT LIKE '%e_has_resources%'
-    THEN
-        DROP FUNCTION rebuno_load_submission(
-            bigint, text, text, integer, timestamptz, text, text, text, text[]);
-    END IF;
-END
-$$;
-
--- Before `p_childless`, the condition of an optimistic transaction took one argument fewer;
--- only the functions of this file called it, and they call the new form.
-DROP FUNCTION IF EXISTS rebuno_apply_if_unchanged(
-    text, bigint, text, integer, timestamptz, text, jsonb);
 
 -- == Guards ==================================================================================
 
@@ -138,8 +95,7 @@ $$;
 -- constraints see exactly what separate statements would have done. An operation is an
 -- object: `op` names it, and the other keys are the columns of its row (`append_events` and
 -- `insert_steps` carry their rows under `rows`; `insert_dispatch` adds the enqueuing store's
--- `tag`). An array is the positional form kernels sent before this file; see
--- `rebuno_named_operation`.
+-- `tag`).
 CREATE OR REPLACE FUNCTION rebuno_apply(ops jsonb) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     op jsonb;
@@ -148,9 +104,6 @@ DECLARE
     d dispatches;
 BEGIN
     FOR op IN SELECT jsonb_array_elements(ops) LOOP
-        IF jsonb_typeof(op) = 'array' THEN
-            op := rebuno_named_operation(op);
-        END IF;
         CASE op->>'op'
         WHEN 'append_events' THEN
             INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
@@ -186,7 +139,6 @@ BEGIN
                 PERFORM pg_notify('rebuno_activity', (op->>'announce') || ' ' || e.id);
             END IF;
         WHEN 'insert_execution' THEN
-            -- A kernel older than migration 012 sends no origin: `unknown` created it.
             INSERT INTO executions (id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
                 idempotency_key, parent_execution_id, created_by, on_behalf_of, session,
@@ -194,9 +146,9 @@ BEGIN
                 fork_seq, policy_bundle)
             SELECT id, agent_id, agent_version, input, status, output,
                 failure_reason, created_at, updated_at, deadline_at, last_event_seq,
-                idempotency_key, parent_execution_id, COALESCE(created_by, 'unknown'),
-                on_behalf_of, session, admitted_at, spawned_by_execution_id, spawned_by_step_id,
-                forked_from, fork_seq, policy_bundle
+                idempotency_key, parent_execution_id, created_by, on_behalf_of, session,
+                admitted_at, spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq,
+                policy_bundle
             FROM jsonb_populate_record(NULL::executions, op);
             IF op->>'announce' IS NOT NULL THEN
                 PERFORM pg_notify('rebuno_activity', (op->>'announce') || ' ' || (op->>'id'));
@@ -271,67 +223,6 @@ BEGIN
 END
 $$;
 
--- The positional form of an operation (`[name, values...]`), as kernels sent it before this
--- file, under the names of its values: during a rolling deploy the replicas not yet upgraded
--- keep writing. It can go once no kernel older than this file can be running.
-CREATE OR REPLACE FUNCTION rebuno_named_operation(op jsonb) RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    op_name text := op->>0;
-    step_columns text[] := ARRAY['step_id', 'execution_id', 'kind', 'target', 'args_hash',
-        'occurrence', 'status', 'idempotency', 'args', 'result', 'error', 'usage_input',
-        'usage_output', 'proposed_seq', 'started_at', 'completed_at'];
-    named jsonb;
-BEGIN
-    CASE op_name
-    WHEN 'append_events' THEN
-        SELECT jsonb_build_object('rows', COALESCE(jsonb_agg(rebuno_named_values(
-            ARRAY['execution_id', 'event_seq', 'type', 'payload', 'occurred_at'], r)), '[]'))
-        INTO named FROM jsonb_array_elements(op->1) AS r;
-    WHEN 'insert_steps' THEN
-        SELECT jsonb_build_object('rows', COALESCE(
-            jsonb_agg(rebuno_named_values(step_columns, r)), '[]'))
-        INTO named FROM jsonb_array_elements(op->1) AS r;
-    WHEN 'insert_step' THEN  -- before migration 009: one step per operation
-        op_name := 'insert_steps';
-        named := jsonb_build_object('rows',
-            jsonb_build_array(rebuno_named_values(step_columns, op - 0)));
-    WHEN 'update_step' THEN
-        named := rebuno_named_values(ARRAY['step_id', 'status', 'result', 'error',
-            'usage_input', 'usage_output', 'started_at', 'completed_at'], op - 0);
-    WHEN 'update_execution' THEN
-        named := rebuno_named_values(ARRAY['id', 'status', 'output', 'failure_reason',
-            'updated_at', 'last_event_seq'], op - 0);
-    WHEN 'insert_execution' THEN
-        named := rebuno_named_values(ARRAY['id', 'agent_id', 'agent_version', 'input',
-            'status', 'output', 'failure_reason', 'created_at', 'updated_at', 'deadline_at',
-            'last_event_seq'], op - 0);
-    WHEN 'set_occurrence' THEN
-        named := rebuno_named_values(ARRAY['dispatch_id', 'kind', 'target', 'args_hash',
-            'consumed'], op - 0);
-    WHEN 'insert_dispatch' THEN
-        named := rebuno_named_values(ARRAY['id', 'execution_id', 'status', 'attempt',
-            'max_attempts', 'next_attempt_at', 'locked_by', 'locked_at', 'created_at',
-            'updated_at', 'tag'], op - 0);
-    WHEN 'update_dispatch' THEN
-        named := rebuno_named_values(ARRAY['id', 'status', 'attempt', 'next_attempt_at',
-            'locked_by', 'locked_at', 'updated_at'], op - 0);
-    WHEN 'retire_dispatches' THEN
-        named := rebuno_named_values(ARRAY['execution_id', 'updated_at'], op - 0);
-    ELSE
-        named := '{}';  -- `rebuno_apply` refuses it by its name
-    END CASE;
-    RETURN named || jsonb_build_object('op', op_name);
-END
-$$;
-
--- An object of `names[i]: vals[i]`; a name without a value gets JSON null.
-CREATE OR REPLACE FUNCTION rebuno_named_values(names text[], vals jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT COALESCE(jsonb_object_agg(n.name, COALESCE(vals->(n.i::integer - 1), 'null')), '{}')
-    FROM unnest(names) WITH ORDINALITY AS n(name, i)
-$$;
-
 -- `rebuno_apply` for a transaction that inserts an execution: refuses (RB003, "agent <id> not
 -- found") when its agent is not registered, so creating an execution is this one statement
 -- instead of a read of the agent followed by the writes.
@@ -346,56 +237,73 @@ BEGIN
 END
 $$;
 
--- An optimistic transaction in one statement: under the execution's lock, `rebuno_apply` only
--- while the execution is still at the `last_event_seq` its writes were built from; with a
--- policy hash, only while its bundle (its own, else its agent's; the empty text when it has
--- none) still hashes to it (§35.6), as a policy change moves no execution; with `p_childless`,
--- only while no sub-agent was started from it, as a child's create marks its parent without
--- moving it (§25.6); with a dispatch, also only while the dispatch has used no occurrence
--- counter and that lease owns it (renewed then). Returns whether it applied; when it did not,
--- nothing was written and the caller does the use case the ordinary way.
-CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
-    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, p_policy_hash text, p_childless boolean, ops jsonb
-) RETURNS boolean LANGUAGE plpgsql AS $$
+-- == The optimistic condition ==============================================================
+
+-- The condition of an optimistic transaction (`store/base.py`, `Unchanged`), written here once:
+-- `p_unchanged` is that value as a JSON object under its field names. Evaluated under the
+-- execution's lock (the caller holds it); true while every clause holds:
+--   `last_event_seq`: the execution is still at the record its writes were built from;
+--   `childless` (when true): no sub-agent was started from it, as a child's create marks its
+--     parent without moving it (§25.6);
+--   `policy_hash` (when given): its policy bundle (its own, else its agent's; the empty text
+--     when it has none) still hashes to it, as a policy change moves no execution (§35.6);
+--   `lease` and `now` (when given): the lease's dispatch has used no occurrence counter, and
+--     the lease owns the live dispatch, which is then renewed at `now`.
+-- `status` decides what the writes announce (`update_execution`), not whether they apply. A
+-- clause added here is added to the embedded store's `still_unchanged` too, with its test in
+-- `tests/store/test_optimistic_condition.py`.
+CREATE OR REPLACE FUNCTION rebuno_unchanged(p_execution text, p_unchanged jsonb)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    lease jsonb := NULLIF(p_unchanged->'lease', 'null');
+    hashed text := p_unchanged->>'policy_hash';
 BEGIN
-    PERFORM pg_advisory_xact_lock(p_lock);
-    RETURN rebuno_apply_if_unchanged(p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        p_policy_hash, p_childless, ops);
+    PERFORM 1 FROM executions e
+    WHERE e.id = p_execution AND e.last_event_seq = (p_unchanged->>'last_event_seq')::bigint
+        AND NOT (COALESCE((p_unchanged->>'childless')::boolean, false) AND e.has_children)
+        AND (hashed IS NULL OR encode(sha256(convert_to(COALESCE(e.policy_bundle,
+            (SELECT a.policy_bundle FROM agents a WHERE a.id = e.agent_id), ''), 'UTF8')),
+            'hex') = hashed);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF lease IS NULL OR p_unchanged->>'now' IS NULL THEN
+        RETURN true;
+    END IF;
+    PERFORM 1 FROM dispatch_step_counters WHERE dispatch_id = lease->>'dispatch_id' LIMIT 1;
+    RETURN NOT FOUND AND rebuno_renew_lease(p_execution, lease->>'dispatch_id',
+        (lease->>'attempt')::integer, (p_unchanged->>'now')::timestamptz);
+END
+$$;
+
+-- An optimistic transaction in one statement: `item` is an object of its `lock` (the
+-- execution's advisory-lock key), `execution_id`, `unchanged` (the condition above) and `ops`
+-- (`rebuno_apply`'s argument). Under that lock, the writes apply only while the condition
+-- holds. Returns whether they did; when they did not, nothing was written and the caller does
+-- the use case the ordinary way.
+CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(item jsonb) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock((item->>'lock')::bigint);
+    RETURN rebuno_apply_if_unchanged(item);
 END
 $$;
 
 -- The condition and the writes of `rebuno_apply_unchanged`, under the lock the caller holds.
-CREATE OR REPLACE FUNCTION rebuno_apply_if_unchanged(
-    p_execution text, p_seq bigint, p_dispatch text, p_attempt integer, p_now timestamptz,
-    p_policy_hash text, p_childless boolean, ops jsonb
-) RETURNS boolean LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION rebuno_apply_if_unchanged(item jsonb) RETURNS boolean
+LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM executions e
-    WHERE e.id = p_execution AND e.last_event_seq = p_seq
-        AND NOT (p_childless AND e.has_children)
-        AND (p_policy_hash IS NULL OR encode(sha256(convert_to(COALESCE(e.policy_bundle,
-            (SELECT a.policy_bundle FROM agents a WHERE a.id = e.agent_id), ''), 'UTF8')),
-            'hex') = p_policy_hash);
-    IF NOT FOUND THEN
+    IF NOT rebuno_unchanged(item->>'execution_id', item->'unchanged') THEN
         RETURN false;
     END IF;
-    IF p_dispatch IS NOT NULL THEN
-        PERFORM 1 FROM dispatch_step_counters WHERE dispatch_id = p_dispatch LIMIT 1;
-        IF FOUND OR NOT rebuno_renew_lease(p_execution, p_dispatch, p_attempt, p_now) THEN
-            RETURN false;
-        END IF;
-    END IF;
-    PERFORM rebuno_apply(ops);
+    PERFORM rebuno_apply(item->'ops');
     RETURN true;
 END
 $$;
 
 -- A group commit (`store/postgres/group.py`): several optimistic transactions in one, each an
--- object of `rebuno_apply_unchanged`'s arguments by name (`lock`, `execution_id`, `seq`,
--- `dispatch_id`, `attempt`, `now`, `policy_hash`, `childless`, `ops`). Each lock is only
--- tried, so a group never waits for one: a member whose execution is locked did not apply.
--- Returns, in order, whether each applied.
+-- item of `rebuno_apply_unchanged`. Each lock is only tried, so a group never waits for one: a
+-- member whose execution is locked did not apply. Returns, in order, whether each applied.
 CREATE OR REPLACE FUNCTION rebuno_apply_unchanged_all(items jsonb) RETURNS boolean[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -404,10 +312,7 @@ DECLARE
 BEGIN
     FOR item IN SELECT jsonb_array_elements(items) LOOP
         IF pg_try_advisory_xact_lock((item->>'lock')::bigint) THEN
-            applied := applied || rebuno_apply_if_unchanged(item->>'execution_id',
-                (item->>'seq')::bigint, item->>'dispatch_id', (item->>'attempt')::integer,
-                (item->>'now')::timestamptz, item->>'policy_hash',
-                COALESCE((item->>'childless')::boolean, false), item->'ops');
+            applied := applied || rebuno_apply_if_unchanged(item);
         ELSE
             applied := applied || false;
         END IF;
@@ -416,26 +321,11 @@ BEGIN
 END
 $$;
 
--- The forms without `p_childless` and without a policy hash, as kernels sent them before
--- each: during a rolling deploy the replicas not yet upgraded keep writing. They can go once
--- no such kernel can be running.
-CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
-    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, p_policy_hash text, ops jsonb
-) RETURNS boolean LANGUAGE sql AS $$
-    SELECT rebuno_apply_unchanged(p_lock, p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        p_policy_hash, false, ops)
-$$;
-
-CREATE OR REPLACE FUNCTION rebuno_apply_unchanged(
-    p_lock bigint, p_execution text, p_seq bigint, p_dispatch text, p_attempt integer,
-    p_now timestamptz, ops jsonb
-) RETURNS boolean LANGUAGE sql AS $$
-    SELECT rebuno_apply_unchanged(p_lock, p_execution, p_seq, p_dispatch, p_attempt, p_now,
-        NULL, false, ops)
-$$;
-
 -- == Reads under the lock ====================================================================
+
+-- The results name their columns after the tables': `e_` an execution's (`executions.COLUMNS`
+-- in the store's Python), `s_` a step's (`steps.COLUMNS`), in those lists' order, so the store
+-- maps each record from its own part of the row (`submissions.py`).
 
 -- Everything a step submission reads, in one call: the execution's lock (unless the caller
 -- holds it: `p_lock` NULL), the lease's strong check and renewal, the next occurrence, the
@@ -452,16 +342,15 @@ CREATE OR REPLACE FUNCTION rebuno_load_submission(
     tag integer,
     e_id text, e_agent_id text, e_agent_version text, e_input text, e_status text,
     e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
-    e_deadline_at timestamptz, e_last_event_seq bigint,
+    e_deadline_at timestamptz, e_last_event_seq bigint, e_idempotency_key text,
+    e_parent_execution_id text, e_created_by text, e_on_behalf_of text, e_session text,
+    e_admitted_at timestamptz, e_spawned_by_execution_id text, e_spawned_by_step_id text,
+    e_forked_from text, e_fork_seq bigint, e_has_children boolean, e_has_resources boolean,
     lease_live boolean, occurrence integer, policy_bundle text,
     s_step_id text, s_execution_id text, s_kind text, s_target text, s_args_hash text,
     s_occurrence integer, s_status text, s_idempotency text, s_args text, s_result text,
     s_error text, s_usage_input bigint, s_usage_output bigint, s_proposed_seq bigint,
-    s_started_at timestamptz, s_completed_at timestamptz,
-    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
-    e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean,
-    e_has_resources boolean
+    s_started_at timestamptz, s_completed_at timestamptz
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
@@ -478,13 +367,13 @@ BEGIN
     RETURN QUERY
         SELECT 0, e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
+            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
+            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
+            e.forked_from, e.fork_seq, e.has_children, e.has_resources,
             live, next_occurrence, COALESCE(e.policy_bundle, a.policy_bundle),
             s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,
             s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,
-            s.proposed_seq, s.started_at, s.completed_at,
-            e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
-            e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq, e.has_children, e.has_resources
+            s.proposed_seq, s.started_at, s.completed_at
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         LEFT JOIN steps s ON s.execution_id = e.id AND s.kind = p_kind
@@ -492,18 +381,20 @@ BEGIN
             AND s.occurrence = next_occurrence
         WHERE e.id = p_execution;
     IF cardinality(p_carried) > 0 THEN
-        -- By primary key alone; the caller keeps only the steps of this execution.
+        -- By primary key alone; the caller keeps only the steps of this execution. The same
+        -- columns, the execution's joined on nothing.
         RETURN QUERY
-            SELECT 1, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
-                NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-                NULL::bigint, NULL::boolean, NULL::integer, NULL::text,
+            SELECT 1, e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
+                e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
+                e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
+                e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
+                e.forked_from, e.fork_seq, e.has_children, e.has_resources,
+                NULL::boolean, NULL::integer, NULL::text,
                 s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence,
                 s.status, s.idempotency, s.args, s.result, s.error, s.usage_input,
-                s.usage_output, s.proposed_seq, s.started_at, s.completed_at,
-                NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
-                NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::boolean,
-                NULL::boolean
-            FROM steps s WHERE s.step_id = ANY(p_carried);
+                s.usage_output, s.proposed_seq, s.started_at, s.completed_at
+            FROM steps s LEFT JOIN executions e ON false
+            WHERE s.step_id = ANY(p_carried);
     END IF;
 END
 $$;
@@ -517,12 +408,11 @@ CREATE OR REPLACE FUNCTION rebuno_lock_execution(
 ) RETURNS TABLE (
     e_id text, e_agent_id text, e_agent_version text, e_input text, e_status text,
     e_output text, e_failure_reason text, e_created_at timestamptz, e_updated_at timestamptz,
-    e_deadline_at timestamptz, e_last_event_seq bigint,
-    lease_live boolean, policy_bundle text,
-    e_idempotency_key text, e_parent_execution_id text, e_created_by text, e_on_behalf_of text,
-    e_session text, e_admitted_at timestamptz, e_spawned_by_execution_id text,
-    e_spawned_by_step_id text, e_forked_from text, e_fork_seq bigint, e_has_children boolean,
-    e_has_resources boolean
+    e_deadline_at timestamptz, e_last_event_seq bigint, e_idempotency_key text,
+    e_parent_execution_id text, e_created_by text, e_on_behalf_of text, e_session text,
+    e_admitted_at timestamptz, e_spawned_by_execution_id text, e_spawned_by_step_id text,
+    e_forked_from text, e_fork_seq bigint, e_has_children boolean, e_has_resources boolean,
+    lease_live boolean, policy_bundle text
 ) LANGUAGE plpgsql AS $$
 DECLARE
     live boolean := false;
@@ -536,10 +426,10 @@ BEGIN
     RETURN QUERY
         SELECT e.id, e.agent_id, e.agent_version, e.input, e.status, e.output,
             e.failure_reason, e.created_at, e.updated_at, e.deadline_at, e.last_event_seq,
-            live, COALESCE(e.policy_bundle, a.policy_bundle),
             e.idempotency_key, e.parent_execution_id, e.created_by, e.on_behalf_of,
             e.session, e.admitted_at, e.spawned_by_execution_id, e.spawned_by_step_id,
-            e.forked_from, e.fork_seq, e.has_children, e.has_resources
+            e.forked_from, e.fork_seq, e.has_children, e.has_resources,
+            live, COALESCE(e.policy_bundle, a.policy_bundle)
         FROM executions e
         LEFT JOIN agents a ON a.id = e.agent_id
         WHERE e.id = p_execution;

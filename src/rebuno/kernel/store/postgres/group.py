@@ -20,11 +20,11 @@ import asyncio
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime
 
 import orjson
 
 from rebuno.kernel.pgserver import Server
+from rebuno.kernel.store.base import Unchanged
 from rebuno.kernel.store.postgres import writes
 from rebuno.kernel.store.postgres.connection import Connection, translated
 
@@ -36,43 +36,23 @@ LANES = 2
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One optimistic transaction's statement: the arguments of `rebuno_apply_unchanged`."""
+    """One optimistic transaction: what `rebuno_apply_unchanged` takes, as one JSON object."""
 
     lock: int
+    """The execution's advisory-lock key."""
     execution_id: str
-    last_event_seq: int
-    dispatch_id: str | None
-    attempt: int | None
-    now: datetime | None
-    policy_hash: str | None
-    childless: bool
+    unchanged: Unchanged
+    """The condition, sent whole under its field names: `rebuno_unchanged` evaluates it."""
     ops: str
     """The writes, encoded (`writes.Writes.take`)."""
 
-    def params(self) -> tuple[object, ...]:
-        return (
-            self.lock,
-            self.execution_id,
-            self.last_event_seq,
-            self.dispatch_id,
-            self.attempt,
-            self.now,
-            self.policy_hash,
-            self.childless,
-            self.ops,
-        )
-
     def item(self) -> dict[str, object]:
-        """The member as an element of `rebuno_apply_unchanged_all`'s argument."""
+        """The member as `rebuno_apply_unchanged`'s argument, and as an element of
+        `rebuno_apply_unchanged_all`'s."""
         return {
             "lock": self.lock,
             "execution_id": self.execution_id,
-            "seq": self.last_event_seq,
-            "dispatch_id": self.dispatch_id,
-            "attempt": self.attempt,
-            "now": None if self.now is None else self.now.isoformat(),
-            "policy_hash": self.policy_hash,
-            "childless": self.childless,
+            "unchanged": self.unchanged,
             "ops": orjson.Fragment(self.ops),
         }
 
@@ -143,9 +123,13 @@ class GroupCommit:
     async def _alone(self, member: Member) -> bool:
         async with self._connect() as conn:
             with translated(self._server):
-                cur = await conn.execute(writes.APPLY_UNCHANGED, member.params())
+                item = orjson.dumps(member.item()).decode()
+                cur = await conn.execute(writes.APPLY_UNCHANGED, (item,))
                 row = await cur.fetchone()
-        return bool(row and row[0])
+        if row is None:
+            return False
+        (applied,) = row
+        return bool(applied)
 
     async def _together(self, members: list[Member]) -> list[bool]:
         items = orjson.dumps([member.item() for member in members]).decode()
@@ -153,9 +137,10 @@ class GroupCommit:
             with translated(self._server):
                 cur = await conn.execute(writes.APPLY_UNCHANGED_ALL, (items,))
                 row = await cur.fetchone()
-        if row is None or len(row[0]) != len(members):
+        (applied,) = row or ([],)
+        if len(applied) != len(members):
             raise RuntimeError("rebuno_apply_unchanged_all answered for other members")
-        return [bool(applied) for applied in row[0]]
+        return [bool(one) for one in applied]
 
     async def close(self) -> None:
         """Waits for the groups on their way."""

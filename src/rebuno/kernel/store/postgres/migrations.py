@@ -7,6 +7,8 @@ database migrated long ago gets the same functions as a new one. Replicas bootin
 call `apply`; a session advisory lock lets one of them migrate while the others wait, after
 which they find every version recorded in `schema_migrations` and apply nothing. Each
 migration runs in its own transaction together with its record; the functions run in one.
+The history starts with `001_baseline.sql`; a database whose ledger names its versions
+otherwise was migrated by a pre-release kernel, and is refused with what to do about it.
 Must import only psycopg, the domain and this package.
 """
 
@@ -58,10 +60,11 @@ async def apply(conn: Connection) -> list[int]:
     await conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
     try:
         await conn.execute(_CREATE_LEDGER)
-        cur = await conn.execute("SELECT version FROM schema_migrations")
-        done = {row[0] for row in await cur.fetchall()}
+        cur = await conn.execute("SELECT version, name FROM schema_migrations")
+        done: dict[int, str] = {version: name for version, name in await cur.fetchall()}
         shipped = available()
-        _refuse_unknown(done, {m.version for m in shipped})
+        _refuse_foreign(done, shipped, conn.info.dbname)
+        _refuse_unknown(set(done), {m.version for m in shipped})
         pending = [m for m in shipped if m.version not in done]
         for migration in pending:
             await _apply_one(conn, migration)
@@ -80,6 +83,20 @@ async def _apply_one(conn: Connection, migration: Migration) -> None:
         await conn.execute(
             "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
             (migration.version, migration.name),
+        )
+
+
+def _refuse_foreign(done: dict[int, str], shipped: list[Migration], database: str) -> None:
+    """Refuses a ledger that records one of this kernel's versions under another name: its
+    schema came from another history, which only kernels before the first release wrote (their
+    version 1 was `initial`). Nothing upgrades it; the database is created anew."""
+    foreign = sorted(m.version for m in shipped if done.get(m.version, m.name) != m.name)
+    if foreign:
+        raise Unavailable(
+            f"PostgreSQL database {database} was migrated by a pre-release kernel (its"
+            f" schema_migrations names version {foreign[0]} {done[foreign[0]]!r}); this kernel"
+            " cannot upgrade it: drop and recreate the database (or point --db-url at an empty"
+            " one) and start again"
         )
 
 

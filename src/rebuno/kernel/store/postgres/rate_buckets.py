@@ -12,13 +12,17 @@ from __future__ import annotations
 from datetime import datetime
 
 from rebuno.kernel.domain import ratelimit
+from rebuno.kernel.store.columns import names
 from rebuno.kernel.store.postgres.connection import Executor
+
+COLUMNS = names("key, tokens, max_tokens, window_seconds, updated_at")
+"""A bucket's columns, in the order `_ENSURE` writes them."""
 
 # A new bucket starts full. Inserting it before the locking read (and doing nothing when it
 # exists) means two first takes on one key still serialise on one row instead of colliding on
 # the primary key at commit.
-_ENSURE = """
-    INSERT INTO rate_buckets (key, tokens, max_tokens, window_seconds, updated_at)
+_ENSURE = f"""
+    INSERT INTO rate_buckets ({", ".join(COLUMNS)})
     VALUES (%s, %s, %s, %s, %s)
     ON CONFLICT (key) DO NOTHING
 """
@@ -38,8 +42,8 @@ async def take(
     await conn.execute(_ENSURE, (key, capacity, capacity, float(window_seconds), now))
     cur = await conn.execute(_LOCK, (key,))
     row = await cur.fetchone()
-    tokens, updated_at = (capacity, now) if row is None else (float(row[0]), row[1])
-    left, wait = ratelimit.take(tokens, updated_at, max_calls, window_seconds, now)
+    tokens, updated_at = (capacity, now) if row is None else row
+    left, wait = ratelimit.take(float(tokens), updated_at, max_calls, window_seconds, now)
     await conn.execute(_STORE, (left, capacity, float(window_seconds), now, key))
     return wait
 

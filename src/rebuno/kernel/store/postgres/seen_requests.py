@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from rebuno.kernel.store.columns import names
 from rebuno.kernel.store.postgres.connection import Executor
+
+COLUMNS = names("digest, seen_at, expires_at")
+"""A digest's columns, in the order `_REMEMBER` writes them."""
 
 # One round trip: the insert, or else the first sighting. A concurrent copy waits on the
 # first one's uncommitted row and then inserts nothing; the row it waited for committed after
 # this statement's snapshot, so it reads nothing either and counts as seen now.
-_REMEMBER = """
+_REMEMBER = f"""
     WITH new AS (
-        INSERT INTO seen_requests (digest, seen_at, expires_at)
+        INSERT INTO seen_requests ({", ".join(COLUMNS)})
         VALUES (%(digest)s, %(now)s, %(until)s)
         ON CONFLICT (digest) DO NOTHING RETURNING true AS fresh
     )
@@ -32,10 +36,13 @@ async def remember(
     """Records `digest` as seen `now`; None when it is new, else when it was first seen."""
     cur = await conn.execute(_REMEMBER, {"digest": digest, "now": now, "until": until})
     row = await cur.fetchone()
-    if row is None or row[0]:
+    if row is None:
         return None
-    seen_at: datetime | None = row[1]
-    return seen_at or now
+    fresh, seen_at = row
+    if fresh:
+        return None
+    first: datetime | None = seen_at
+    return first or now
 
 
 async def forget_before(conn: Executor, now: datetime) -> int:

@@ -12,33 +12,35 @@ from typing import Any
 
 from rebuno.kernel.domain.records import Step
 from rebuno.kernel.store.base import StepKey
+from rebuno.kernel.store.columns import Layout, names, qualified
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import Idempotency, StepKind, StepStatus
 
-COLUMNS = (
-    "s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,"
-    " s.idempotency, s.args, s.result, s.error, s.usage_input, s.usage_output,"
-    " s.proposed_seq, s.started_at, s.completed_at"
-)
-
-WIDTH = 16
+COLUMNS = names("""
+    step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args,
+    result, error, usage_input, usage_output, proposed_seq, started_at, completed_at
+""")
+"""The columns of a `Step`, in the order `to_record` takes them."""
+APART = names("affected_keys")
+"""The table's other column, read and written on its own (`resources.py`)."""
+SELECTED = qualified("s", COLUMNS)
 
 TERMINAL = "('succeeded', 'failed', 'denied', 'cancelled')"
 
-_GET = f"SELECT {COLUMNS} FROM steps s WHERE s.step_id = %s"
+_GET = f"SELECT {SELECTED} FROM steps s WHERE s.step_id = %s"
 # A step list: `COLUMNS` with each payload over the limit (the first three `%s`) left out,
 # then the three sizes. `octet_length` reads a stored value's size from its header, so a large
 # one left out is never fetched or decompressed.
-_LISTED = (
-    "s.step_id, s.execution_id, s.kind, s.target, s.args_hash, s.occurrence, s.status,"
-    " s.idempotency,"
-    " CASE WHEN octet_length(s.args) > %s THEN NULL ELSE s.args END,"
-    " CASE WHEN octet_length(s.result) > %s THEN NULL ELSE s.result END,"
-    " CASE WHEN octet_length(s.error) > %s THEN NULL ELSE s.error END,"
-    " s.usage_input, s.usage_output, s.proposed_seq, s.started_at, s.completed_at,"
-    " octet_length(s.args), octet_length(s.result), octet_length(s.error)"
-)
 _PAYLOADS = ("args", "result", "error")
+_LIMITED = {
+    payload: f"CASE WHEN octet_length(s.{payload}) > %s THEN NULL ELSE s.{payload} END"
+    for payload in _PAYLOADS
+}
+_LISTED = ", ".join(
+    [_LIMITED.get(column, f"s.{column}") for column in COLUMNS]
+    + [f"octet_length(s.{payload})" for payload in _PAYLOADS]
+)
+_LISTED_ROW = Layout(COLUMNS, ("args_size", "result_size", "error_size"))
 _WHOLE = 2**63 - 1
 """A limit no payload reaches: the use cases' own reads get every step whole."""
 _LIST = f"SELECT {_LISTED} FROM steps s WHERE s.execution_id = %s ORDER BY s.proposed_seq"
@@ -63,24 +65,42 @@ _SPENT_TOKENS = """
 """
 
 
-def from_row(row: Sequence[Any]) -> Step:
+def to_record(row: Sequence[Any]) -> Step:
+    (
+        step_id,
+        execution_id,
+        kind,
+        target,
+        args_hash,
+        occurrence,
+        status,
+        idempotency,
+        args,
+        result,
+        error,
+        usage_input,
+        usage_output,
+        proposed_seq,
+        started_at,
+        completed_at,
+    ) = row
     return Step(
-        step_id=row[0],
-        execution_id=row[1],
-        kind=StepKind(row[2]),
-        target=row[3],
-        args_hash=row[4],
-        occurrence=row[5],
-        status=StepStatus(row[6]),
-        idempotency=Idempotency(row[7]),
-        args=row[8],
-        result=row[9],
-        error=row[10],
-        usage_input=row[11],
-        usage_output=row[12],
-        proposed_seq=row[13],
-        started_at=row[14],
-        completed_at=row[15],
+        step_id=step_id,
+        execution_id=execution_id,
+        kind=StepKind(kind),
+        target=target,
+        args_hash=args_hash,
+        occurrence=occurrence,
+        status=StepStatus(status),
+        idempotency=Idempotency(idempotency),
+        args=args,
+        result=result,
+        error=error,
+        usage_input=usage_input,
+        usage_output=usage_output,
+        proposed_seq=proposed_seq,
+        started_at=started_at,
+        completed_at=completed_at,
     )
 
 
@@ -90,7 +110,7 @@ def from_row(row: Sequence[Any]) -> Step:
 async def get(conn: Executor, step_id: str) -> Step | None:
     cur = await conn.execute(_GET, (step_id,))
     row = await cur.fetchone()
-    return None if row is None else from_row(row)
+    return None if row is None else to_record(row)
 
 
 async def list_for(
@@ -108,10 +128,12 @@ async def list_for(
 
 
 def _listed(row: Sequence[Any], payload_limit: int) -> Step:
-    record = from_row(row)
-    sizes = zip(_PAYLOADS, row[WIDTH:], strict=True)
+    columns, sizes = _LISTED_ROW.split(row)
+    record = to_record(columns)
     omitted = tuple(
-        (name, size) for name, size in sizes if size is not None and size > payload_limit
+        (name, size)
+        for name, size in zip(_PAYLOADS, sizes, strict=True)
+        if size is not None and size > payload_limit
     )
     return replace(record, omitted=omitted) if omitted else record
 
@@ -120,7 +142,7 @@ async def has_indeterminate(conn: Executor, execution_id: str, key: StepKey) -> 
     cur = await conn.execute(
         _FAILED_ERRORS, (execution_id, key.kind.value, key.target, key.args_hash)
     )
-    return any(_reason(row[0]) == "indeterminate" for row in await cur.fetchall())
+    return any(_reason(error) == "indeterminate" for (error,) in await cur.fetchall())
 
 
 def _reason(error: str) -> object:
@@ -134,4 +156,7 @@ def _reason(error: str) -> object:
 async def spent_tokens(conn: Executor, execution_id: str) -> int:
     cur = await conn.execute(_SPENT_TOKENS, (execution_id,))
     row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    if row is None:
+        return 0
+    (spent,) = row
+    return int(spent)

@@ -51,6 +51,7 @@ from rebuno.kernel.store.postgres import (
     agents,
     api_keys,
     approvals,
+    checkpoints,
     dispatches,
     events,
     executions,
@@ -261,7 +262,10 @@ class PostgresStore:
                 f"PostgreSQL {self._server.name}: no answer to leader lock {key!r} "
                 f"within {_LEADER_ANSWER_SECONDS:g} s"
             ) from None
-        return bool(row and row[0])
+        if row is None:
+            return False
+        (locked,) = row
+        return bool(locked)
 
     async def _keep_leading(
         self, conn: Connection, key: str, scope: asyncio.Timeout, done: asyncio.Event
@@ -330,7 +334,7 @@ class PostgresStore:
         return await self._read(resources.list_resources, execution_id)
 
     async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
-        return await self._read(resources.list_checkpoints, execution_id)
+        return await self._read(checkpoints.list_for, execution_id)
 
     async def get_restoration(self, execution_id: str) -> RawJson | None:
         return await self._read(executions.get_restoration, execution_id)

@@ -27,11 +27,26 @@ from rebuno.kernel.store.base import (
     Submission,
     Wanted,
 )
+from rebuno.kernel.store.columns import Layout, found, prefixed
 from rebuno.kernel.store.postgres import dispatches, executions, steps
 from rebuno.kernel.store.postgres.connection import Batch, Executor, Params
 
-_LOAD = "SELECT * FROM rebuno_load_submission(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-_MAIN, _CARRIED = 0, 1
+SUBMISSION = Layout(
+    ("tag",),
+    prefixed("e_", executions.COLUMNS),
+    ("lease_live", "occurrence", "policy_bundle"),
+    prefixed("s_", steps.COLUMNS),
+)
+"""A row of `rebuno_load_submission`."""
+LOCKED = Layout(prefixed("e_", executions.COLUMNS), ("lease_live", "policy_bundle"))
+"""A row of `rebuno_lock_execution`."""
+# The functions' columns are selected by name: a function that does not return them fails
+# here instead of handing a record another's values.
+_LOAD = (
+    f"SELECT {', '.join(SUBMISSION.names)}"
+    " FROM rebuno_load_submission(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_CARRIED = 1
 
 
 async def load(
@@ -57,37 +72,41 @@ async def load(
         list(completing),
     )
     cur = await conn.execute(_LOAD, params)
-    rows = await cur.fetchall()
-    main = [row for row in rows if row[0] == _MAIN]
-    if not main:
+    main = None
+    carried: list[Step] = []
+    for row in await cur.fetchall():
+        (tag,), execution, loaded, step = SUBMISSION.split(row)
+        if tag == _CARRIED:
+            carried.append(steps.to_record(step))
+        else:
+            main = execution, loaded, step
+    if main is None:
         raise NotFound(f"execution {execution_id} not found")
-    row = main[0]
-    width = executions.CORE_WIDTH + 1
-    occurrence = int(row[width + 1])
-    step_row = row[width + 3 : width + 3 + steps.WIDTH]
-    origin = row[width + 3 + steps.WIDTH :]
+    execution, (lease_live, occurrence, policy_bundle), step = main
     # Found by its identity (key and occurrence), which is what its id is made of; kept only
     # under the id that occurrence yields, as the embedded store finds it.
-    found = step_row[0] is not None and step_row[0] == step_id_for(occurrence)
-    existing = steps.from_row(step_row) if found else None
-    carried = [steps.from_row(r[width + 3 :]) for r in rows if r[0] == _CARRIED]
+    existing = steps.to_record(step) if found(step) else None
+    if existing is not None and existing.step_id != step_id_for(occurrence):
+        existing = None
     return Submission(
-        execution=executions.from_split_row(row[1:width], origin),
-        lease_live=bool(row[width]),
-        occurrence=occurrence,
+        execution=executions.to_record(execution),
+        lease_live=bool(lease_live),
+        occurrence=int(occurrence),
         existing=existing,
-        policy_bundle=row[width + 2],
-        completing=tuple(step for step in carried if step.execution_id == execution_id),
+        policy_bundle=policy_bundle,
+        # Read by primary key alone; a step of another execution is no step of this one.
+        completing=tuple(done for done in carried if done.execution_id == execution_id),
     )
 
 
 _LOAD_COMPLETION = f"""
-    SELECT {executions.COLUMNS}, {steps.COLUMNS}, {dispatches.COLUMNS}
+    SELECT {executions.SELECTED}, {steps.SELECTED}, {dispatches.SELECTED}
     FROM executions e
     LEFT JOIN steps s ON s.step_id = %(step_id)s
     LEFT JOIN dispatches d ON d.id = %(dispatch_id)s AND d.execution_id = e.id
     WHERE e.id = %(execution_id)s
 """
+_COMPLETION = Layout(executions.COLUMNS, steps.COLUMNS, dispatches.COLUMNS)
 
 
 async def load_completion(
@@ -98,19 +117,17 @@ async def load_completion(
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
-    width, step_width = executions.WIDTH, steps.WIDTH
-    step_row = row[width : width + step_width]
-    dispatch_row = row[width + step_width :]
-    step = None if step_row[0] is None else steps.from_row(step_row)
+    execution, step_part, dispatch = _COMPLETION.split(row)
+    step = steps.to_record(step_part) if found(step_part) else None
     return Completion(
-        execution=executions.from_row(row[:width]),
+        execution=executions.to_record(execution),
         # Joined by primary key alone; a step of another execution is no step of this one.
         step=step if step is not None and step.execution_id == execution_id else None,
-        dispatch=None if dispatch_row[0] is None else dispatches.from_row(dispatch_row),
+        dispatch=dispatches.to_record(dispatch) if found(dispatch) else None,
     )
 
 
-_LOCK_EXECUTION = "SELECT * FROM rebuno_lock_execution(%s, %s, %s, %s, %s)"
+_LOCK_EXECUTION = f"SELECT {', '.join(LOCKED.names)} FROM rebuno_lock_execution(%s, %s, %s, %s, %s)"
 
 
 async def lock_execution(
@@ -136,14 +153,14 @@ async def lock_execution(
     row = await cursors[0].fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
-    width = executions.CORE_WIDTH
     outcomes = None
     if len(cursors) > 1:
         outcomes = _outcomes(await cursors[1].fetchall(), wanted)
+    execution, (lease_live, policy_bundle) = LOCKED.split(row)
     return Locked(
-        execution=executions.from_split_row(row[:width], row[width + 2 :]),
-        lease_live=bool(row[width]),
-        policy_bundle=row[width + 1],
+        execution=executions.to_record(execution),
+        lease_live=bool(lease_live),
+        policy_bundle=policy_bundle,
         outcomes=outcomes,
     )
 
@@ -161,14 +178,17 @@ _LOAD_OUTCOMES = f"""
         FROM k LEFT JOIN dispatch_step_counters c ON c.dispatch_id = %(dispatch_id)s
             AND c.kind = k.kind AND c.target = k.target AND c.args_hash = k.args_hash
     )
-    SELECT c.kind, c.target, c.args_hash, CASE WHEN c.used THEN c.consumed END, {steps.COLUMNS}
+    SELECT c.kind, c.target, c.args_hash, CASE WHEN c.used THEN c.consumed END, {steps.SELECTED}
     FROM c LEFT JOIN steps s ON s.execution_id = %(execution_id)s AND s.kind = c.kind
         AND s.target = c.target AND s.args_hash = c.args_hash
         AND s.occurrence > c.consumed AND s.occurrence <= c.consumed + c.n
     UNION ALL
-    SELECT NULL, NULL, NULL, NULL, {steps.COLUMNS} FROM steps s
+    SELECT NULL, NULL, NULL, NULL, {steps.SELECTED} FROM steps s
     WHERE s.step_id = ANY(%(step_ids)s::text[]) AND s.execution_id = %(execution_id)s
 """
+
+
+_OUTCOME = Layout(("kind", "target", "args_hash", "consumed"), steps.COLUMNS)
 
 
 async def load_outcomes(
@@ -196,11 +216,12 @@ def _outcomes_statement(
 def _outcomes(rows: Sequence[Sequence[Any]], wanted: Wanted) -> Outcomes:
     keys = {(key.kind.value, key.target, key.args_hash): key for key in wanted.reports}
     consumed: dict[StepKey, int] = {}
-    found: dict[str, Step] = {}
+    recorded: dict[str, Step] = {}
     for row in rows:
-        if row[3] is not None:
-            consumed[keys[(row[0], row[1], row[2])]] = int(row[3])
-        if row[4] is not None:
-            step = steps.from_row(row[4:])
-            found[step.step_id] = step
-    return Outcomes(consumed=consumed, steps=list(found.values()))
+        (kind, target, args_hash, used), step_part = _OUTCOME.split(row)
+        if used is not None:
+            consumed[keys[(kind, target, args_hash)]] = int(used)
+        if found(step_part):
+            step = steps.to_record(step_part)
+            recorded[step.step_id] = step
+    return Outcomes(consumed=consumed, steps=list(recorded.values()))

@@ -58,6 +58,7 @@ from rebuno.kernel.store.postgres import (
     agents,
     api_keys,
     approvals,
+    checkpoints,
     dispatches,
     events,
     executions,
@@ -247,17 +248,8 @@ class PostgresTransaction:
 
     def unchanged_member(self, execution_id: str, unchanged: Unchanged) -> Member:
         """The writes as one statement that applies them only while `unchanged` holds."""
-        lease = unchanged.lease
         return Member(
-            execution_lock_key(execution_id),
-            execution_id,
-            unchanged.last_event_seq,
-            None if lease is None else lease.dispatch_id,
-            None if lease is None else lease.attempt,
-            unchanged.now,
-            unchanged.policy_hash,
-            unchanged.childless,
-            self._writes.take(),
+            execution_lock_key(execution_id), execution_id, unchanged, self._writes.take()
         )
 
     async def roll_back(self) -> None:
@@ -400,7 +392,7 @@ class PostgresTransaction:
         return await self._run(resources.list_resources, execution_id)
 
     async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
-        return await self._run(resources.list_checkpoints, execution_id)
+        return await self._run(checkpoints.list_for, execution_id)
 
     async def affected_keys(self, step_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
         return await self._run(resources.affected_keys, step_ids)

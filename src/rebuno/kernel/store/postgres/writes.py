@@ -32,8 +32,8 @@ from rebuno.kernel.store.base import StepKey
 APPLY = "SELECT rebuno_apply(%s::jsonb)"
 APPLY_FOR_AGENT = "SELECT rebuno_apply_for_agent(%s, %s::jsonb)"
 """The same, refusing when the agent of an execution being inserted is not registered."""
-APPLY_UNCHANGED = "SELECT rebuno_apply_unchanged(%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
-"""The same, only while the execution is unchanged; returns whether it did."""
+APPLY_UNCHANGED = "SELECT rebuno_apply_unchanged(%s::jsonb)"
+"""The same, only while the execution is unchanged (`group.Member`); returns whether it did."""
 APPLY_UNCHANGED_ALL = "SELECT rebuno_apply_unchanged_all(%s::jsonb)"
 """Several of those in one transaction (a group commit, `group.py`)."""
 

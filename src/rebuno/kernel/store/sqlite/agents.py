@@ -7,43 +7,52 @@ Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this packag
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from rebuno.kernel.domain.errors import Conflict, NotFound
 from rebuno.kernel.domain.records import Agent, AgentMetadata
-from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
+from rebuno.kernel.store.columns import names
+from rebuno.kernel.store.sqlite.timestamps import from_micros, from_micros_or_none, to_micros
 
-COLUMNS = "id, webhook_url, secret, policy_bundle, lease_timeout_seconds, registered_at"
-# Read only where the agent is shown (§36.2), never with a claimed dispatch: schemas can be
-# large, and delivering needs none of it.
-METADATA_COLUMNS = "description, input_schema, output_schema, metadata_updated_at"
-_ALL_COLUMNS = f"{COLUMNS}, {METADATA_COLUMNS}"
+COLUMNS = names("id, webhook_url, secret, policy_bundle, lease_timeout_seconds, registered_at")
+"""The columns of an `Agent`, in the order `to_record` takes them."""
+METADATA_COLUMNS = names("description, input_schema, output_schema, metadata_updated_at")
+"""Its metadata (§36), which `to_record` takes after `COLUMNS` when the row has them. Read
+only where the agent is shown (§36.2), never with a claimed dispatch: schemas can be large,
+and delivering needs none of it."""
+_SELECTED = ", ".join(COLUMNS)
+_ALL_COLUMNS = ", ".join(COLUMNS + METADATA_COLUMNS)
 
 
-def to_record(row: tuple[Any, ...]) -> Agent:
+def to_record(row: Sequence[Any]) -> Agent:
     """An agent from `COLUMNS`, followed by `METADATA_COLUMNS` when the row has them."""
+    id, webhook_url, secret, policy_bundle, lease_timeout_seconds, registered_at, *rest = row
     agent = Agent(
-        id=row[0],
-        webhook_url=row[1],
-        secret=row[2],
-        policy_bundle=row[3],
+        id=id,
+        webhook_url=webhook_url,
+        secret=secret,
+        policy_bundle=policy_bundle,
         # Anything but a number (SQLite keeps what it is given) counts as no lease of its own.
-        lease_timeout_seconds=row[4] if isinstance(row[4], int | float) else None,
-        registered_at=from_micros(row[5]),
+        lease_timeout_seconds=(
+            lease_timeout_seconds if isinstance(lease_timeout_seconds, int | float) else None
+        ),
+        registered_at=from_micros(registered_at),
     )
-    if len(row) == 6:
+    if not rest:
         return agent
+    description, input_schema, output_schema, metadata_updated_at = rest
     return replace(
         agent,
-        metadata=AgentMetadata(row[6], row[7], row[8]),
-        metadata_updated_at=from_micros(row[9]) if row[9] is not None else None,
+        metadata=AgentMetadata(description, input_schema, output_schema),
+        metadata_updated_at=from_micros_or_none(metadata_updated_at),
     )
 
 
 def get(conn: sqlite3.Connection, agent_id: str, metadata: bool = True) -> Agent:
-    columns = _ALL_COLUMNS if metadata else COLUMNS
+    columns = _ALL_COLUMNS if metadata else _SELECTED
     row = conn.execute(f"SELECT {columns} FROM agents WHERE id = ?", (agent_id,)).fetchone()
     if row is None:
         raise NotFound(f"agent {agent_id} not found")
@@ -59,7 +68,7 @@ def upsert(conn: sqlite3.Connection, agent: Agent, keep_bundle: bool) -> Agent:
     # An UPSERT rather than INSERT OR REPLACE: replacing would delete the row, which the
     # executions referencing it forbid, and would lose `registered_at`.
     row = conn.execute(
-        f"""INSERT INTO agents ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)
+        f"""INSERT INTO agents ({_SELECTED}) VALUES (?, ?, ?, ?, ?, ?)
             ON CONFLICT (id) DO UPDATE SET
                 webhook_url = excluded.webhook_url,
                 secret = excluded.secret,

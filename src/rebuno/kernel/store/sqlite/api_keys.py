@@ -8,42 +8,47 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from rebuno.kernel.domain.api_key import ApiKey
 from rebuno.kernel.domain.errors import NotFound
+from rebuno.kernel.store.columns import names
 from rebuno.kernel.store.sqlite.timestamps import from_micros, from_micros_or_none, to_micros
 from rebuno.protocol.enums import Scope
 
-COLUMNS = "id, name, scopes, secret_hash, created_at, revoked_at, created_by"
+COLUMNS = names("id, name, scopes, secret_hash, created_at, revoked_at, created_by")
+"""The columns of an `ApiKey`, in the order `to_record` takes them."""
+_SELECTED = ", ".join(COLUMNS)
 
 
-def to_record(row: tuple[Any, ...]) -> ApiKey:
+def to_record(row: Sequence[Any]) -> ApiKey:
+    id, name, scopes, secret_hash, created_at, revoked_at, created_by = row
     return ApiKey(
-        id=row[0],
-        name=row[1],
-        scopes=tuple(Scope(scope) for scope in json.loads(row[2])),
-        secret_hash=bytes(row[3]),
-        created_at=from_micros(row[4]),
-        revoked_at=from_micros_or_none(row[5]),
-        created_by=row[6],
+        id=id,
+        name=name,
+        scopes=tuple(Scope(scope) for scope in json.loads(scopes)),
+        secret_hash=bytes(secret_hash),
+        created_at=from_micros(created_at),
+        revoked_at=from_micros_or_none(revoked_at),
+        created_by=created_by,
     )
 
 
 def find(conn: sqlite3.Connection, key_id: str) -> ApiKey | None:
-    row = conn.execute(f"SELECT {COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+    row = conn.execute(f"SELECT {_SELECTED} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
     return None if row is None else to_record(row)
 
 
 def list_all(conn: sqlite3.Connection) -> list[ApiKey]:
-    rows = conn.execute(f"SELECT {COLUMNS} FROM api_keys ORDER BY id").fetchall()
+    rows = conn.execute(f"SELECT {_SELECTED} FROM api_keys ORDER BY id").fetchall()
     return [to_record(row) for row in rows]
 
 
 def insert(conn: sqlite3.Connection, key: ApiKey) -> None:
     conn.execute(
-        f"INSERT INTO api_keys ({COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, ?)",
+        f"INSERT INTO api_keys ({_SELECTED}) VALUES (?, ?, ?, ?, ?, NULL, ?)",
         (
             key.id,
             key.name,

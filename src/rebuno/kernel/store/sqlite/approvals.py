@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Approval
+from rebuno.kernel.store.columns import names
 from rebuno.kernel.store.sqlite.errors import refusals
 from rebuno.kernel.store.sqlite.timestamps import (
     from_micros,
@@ -23,31 +25,47 @@ from rebuno.kernel.store.sqlite.timestamps import (
 )
 from rebuno.protocol.enums import ApprovalStatus
 
-COLUMNS = (
-    "id, step_id, execution_id, status, approvers, message, timeout_at, decided_by,"
-    " decided_at, rationale, created_at, asserted_by"
-)
+COLUMNS = names("""
+    id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at,
+    rationale, created_at, asserted_by
+""")
+"""The columns of an `Approval`, in the order `to_record` takes them."""
+_SELECTED = ", ".join(COLUMNS)
 
 
-def to_record(row: tuple[Any, ...]) -> Approval:
+def to_record(row: Sequence[Any]) -> Approval:
+    (
+        id,
+        step_id,
+        execution_id,
+        status,
+        approvers,
+        message,
+        timeout_at,
+        decided_by,
+        decided_at,
+        rationale,
+        created_at,
+        asserted_by,
+    ) = row
     return Approval(
-        id=row[0],
-        step_id=row[1],
-        execution_id=row[2],
-        status=ApprovalStatus(row[3]),
-        approvers=None if row[4] is None else tuple(json.loads(row[4])),
-        message=row[5],
-        timeout_at=from_micros(row[6]),
-        decided_by=row[7],
-        decided_at=from_micros_or_none(row[8]),
-        rationale=row[9],
-        created_at=from_micros(row[10]),
-        asserted_by=row[11],
+        id=id,
+        step_id=step_id,
+        execution_id=execution_id,
+        status=ApprovalStatus(status),
+        approvers=None if approvers is None else tuple(json.loads(approvers)),
+        message=message,
+        timeout_at=from_micros(timeout_at),
+        decided_by=decided_by,
+        decided_at=from_micros_or_none(decided_at),
+        rationale=rationale,
+        created_at=from_micros(created_at),
+        asserted_by=asserted_by,
     )
 
 
 def get(conn: sqlite3.Connection, approval_id: str) -> Approval:
-    row = conn.execute(f"SELECT {COLUMNS} FROM approvals WHERE id = ?", (approval_id,))
+    row = conn.execute(f"SELECT {_SELECTED} FROM approvals WHERE id = ?", (approval_id,))
     found = row.fetchone()
     if found is None:
         raise NotFound(f"approval {approval_id} not found")
@@ -58,7 +76,7 @@ def insert(conn: sqlite3.Connection, approval: Approval) -> None:
     approvers = None if approval.approvers is None else json.dumps(list(approval.approvers))
     with refusals(f"approval {approval.id}"):
         conn.execute(
-            f"INSERT INTO approvals ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO approvals ({_SELECTED}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 approval.id,
                 approval.step_id,
@@ -96,7 +114,7 @@ def update(conn: sqlite3.Connection, approval: Approval) -> None:
 
 def pending_for_step(conn: sqlite3.Connection, step_id: str) -> Approval | None:
     row = conn.execute(
-        f"""SELECT {COLUMNS} FROM approvals WHERE step_id = ? AND status = 'pending'
+        f"""SELECT {_SELECTED} FROM approvals WHERE step_id = ? AND status = 'pending'
             ORDER BY created_at LIMIT 1""",
         (step_id,),
     ).fetchone()
@@ -116,7 +134,7 @@ def list_matching(
         params.append(execution_id)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM approvals {where} ORDER BY created_at, id", params
+        f"SELECT {_SELECTED} FROM approvals {where} ORDER BY created_at, id", params
     ).fetchall()
     return [to_record(row) for row in rows]
 
@@ -128,4 +146,4 @@ def list_expired(conn: sqlite3.Connection, now: datetime, limit: int, after: str
            ORDER BY id LIMIT ?""",
         (to_micros(now), after, limit),
     ).fetchall()
-    return [row[0] for row in rows]
+    return [approval_id for (approval_id,) in rows]

@@ -17,6 +17,7 @@ from rebuno.kernel.domain.dispatch import MAX_AGENT_LEASE_SECONDS
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Dispatch, Lease
 from rebuno.kernel.store.base import ClaimedDispatch, StepKey
+from rebuno.kernel.store.columns import Layout, names, qualified
 from rebuno.kernel.store.sqlite import agents, executions
 from rebuno.kernel.store.sqlite.errors import refusals
 from rebuno.kernel.store.sqlite.timestamps import (
@@ -28,34 +29,52 @@ from rebuno.kernel.store.sqlite.timestamps import (
 from rebuno.protocol.enums import DispatchStatus
 from rebuno.protocol.extensions import AgentInstance
 
-COLUMNS = (
-    "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at,"
-    " created_at, updated_at"
-)
-_D_COLUMNS = ", ".join(f"d.{name.strip()}" for name in COLUMNS.split(","))
-_A_COLUMNS = ", ".join(f"a.{name.strip()}" for name in agents.COLUMNS.split(","))
+COLUMNS = names("""
+    id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at,
+    created_at, updated_at
+""")
+"""The columns of a `Dispatch`, in the order `to_record` takes them."""
+APART = names("instance_name, instance_incarnation")
+"""The table's other columns: who acknowledged the attempt (`set_instance`), never read with
+the record."""
+COUNTER_COLUMNS = names("dispatch_id, kind, target, args_hash, consumed")
+"""The columns of `dispatch_step_counters`: an attempt's occurrences consumed per step key."""
+_SELECTED = ", ".join(COLUMNS)
+_CLAIMED = Layout(COLUMNS, executions.COLUMNS, agents.COLUMNS)
 _MIN_AGENT_LEASE = timedelta(seconds=10)
 """An agent's own `lease_timeout_seconds` counts only from this much (§12.3)."""
 RECLAIM_PAGE = 100
 
 
-def to_record(row: tuple[Any, ...]) -> Dispatch:
+def to_record(row: Sequence[Any]) -> Dispatch:
+    (
+        id,
+        execution_id,
+        status,
+        attempt,
+        max_attempts,
+        next_attempt_at,
+        locked_by,
+        locked_at,
+        created_at,
+        updated_at,
+    ) = row
     return Dispatch(
-        id=row[0],
-        execution_id=row[1],
-        status=DispatchStatus(row[2]),
-        attempt=row[3],
-        max_attempts=row[4],
-        next_attempt_at=from_micros(row[5]),
-        locked_by=row[6],
-        locked_at=from_micros_or_none(row[7]),
-        created_at=from_micros(row[8]),
-        updated_at=from_micros(row[9]),
+        id=id,
+        execution_id=execution_id,
+        status=DispatchStatus(status),
+        attempt=attempt,
+        max_attempts=max_attempts,
+        next_attempt_at=from_micros(next_attempt_at),
+        locked_by=locked_by,
+        locked_at=from_micros_or_none(locked_at),
+        created_at=from_micros(created_at),
+        updated_at=from_micros(updated_at),
     )
 
 
 def find(conn: sqlite3.Connection, dispatch_id: str) -> Dispatch | None:
-    row = conn.execute(f"SELECT {COLUMNS} FROM dispatches WHERE id = ?", (dispatch_id,))
+    row = conn.execute(f"SELECT {_SELECTED} FROM dispatches WHERE id = ?", (dispatch_id,))
     found = row.fetchone()
     return None if found is None else to_record(found)
 
@@ -63,7 +82,7 @@ def find(conn: sqlite3.Connection, dispatch_id: str) -> Dispatch | None:
 def insert(conn: sqlite3.Connection, dispatch: Dispatch) -> None:
     with refusals(f"dispatch {dispatch.id}"):
         conn.execute(
-            f"INSERT INTO dispatches ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO dispatches ({_SELECTED}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 dispatch.id,
                 dispatch.execution_id,
@@ -156,9 +175,9 @@ def claim(
     ).fetchall()
     if not rows:
         return []
-    reclaimed = {row[0] for row in rows if row[1]}
+    reclaimed = {dispatch_id for dispatch_id, again in rows if again}
     # The ids travel as one JSON array so each statement text stays fixed and cached.
-    ids = json.dumps([row[0] for row in rows])
+    ids = json.dumps([dispatch_id for dispatch_id, _ in rows])
     conn.execute(
         """DELETE FROM dispatch_step_counters
            WHERE dispatch_id IN (SELECT value FROM json_each(?))""",
@@ -176,7 +195,8 @@ def claim(
 
 def _claimed(conn: sqlite3.Connection, ids: str, reclaimed: set[str]) -> list[ClaimedDispatch]:
     rows = conn.execute(
-        f"""SELECT {_D_COLUMNS}, {executions.prefixed("e")}, {_A_COLUMNS}
+        f"""SELECT {qualified("d", COLUMNS)}, {qualified("e", executions.COLUMNS)},
+                {qualified("a", agents.COLUMNS)}
             FROM dispatches d
             JOIN executions e ON e.id = d.execution_id
             JOIN agents a ON a.id = e.agent_id
@@ -184,15 +204,18 @@ def _claimed(conn: sqlite3.Connection, ids: str, reclaimed: set[str]) -> list[Cl
             ORDER BY d.next_attempt_at, d.id""",
         (ids,),
     ).fetchall()
-    return [
-        ClaimedDispatch(
-            dispatch=to_record(row[:10]),
-            execution=executions.to_record(row[10 : 10 + executions.WIDTH]),
-            agent=agents.to_record(row[10 + executions.WIDTH :]),
-            reclaimed=row[0] in reclaimed,
-        )
-        for row in rows
-    ]
+    return [_claim(row, reclaimed) for row in rows]
+
+
+def _claim(row: Sequence[Any], reclaimed: set[str]) -> ClaimedDispatch:
+    dispatch, execution, agent = _CLAIMED.split(row)
+    record = to_record(dispatch)
+    return ClaimedDispatch(
+        dispatch=record,
+        execution=executions.to_record(execution),
+        agent=agents.to_record(agent),
+        reclaimed=record.id in reclaimed,
+    )
 
 
 def queue(conn: sqlite3.Connection, now: datetime) -> tuple[int, datetime | None]:
@@ -201,7 +224,8 @@ def queue(conn: sqlite3.Connection, now: datetime) -> tuple[int, datetime | None
         WHERE status IN ('pending', 'failed')""",
         (to_micros(now),),
     ).fetchone()
-    return int(row[0]), from_micros_or_none(row[1])
+    depth, earliest = row
+    return int(depth), from_micros_or_none(earliest)
 
 
 def reclaim_page(conn: sqlite3.Connection, now: datetime, default_lease: timedelta) -> int:
@@ -255,7 +279,7 @@ def list_superseded(
 ) -> list[Dispatch]:
     """The agent's in-flight attempts acknowledged by another incarnation of this instance."""
     rows = conn.execute(
-        f"""SELECT {_D_COLUMNS} FROM dispatches d
+        f"""SELECT {qualified("d", COLUMNS)} FROM dispatches d
             JOIN executions e ON e.id = d.execution_id
             WHERE d.status = 'in_flight' AND d.instance_name = ?
               AND d.instance_incarnation != ? AND e.agent_id = ?

@@ -12,25 +12,34 @@ from dataclasses import replace
 from typing import Any
 
 from rebuno.kernel.domain.records import Event
+from rebuno.kernel.store.columns import Layout, names
 from rebuno.kernel.store.sqlite.errors import refusals
 from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
 
-COLUMNS = "execution_id, event_seq, type, payload, occurred_at"
+COLUMNS = names("execution_id, event_seq, type, payload, occurred_at")
+"""The columns of an `Event`, in the order `to_record` takes them."""
+_SELECTED = ", ".join(COLUMNS)
+# A page of the log: a payload over the limit (the first `?`) left out, and then its size, in
+# bytes of UTF-8.
+_LIMITED = {"payload": "CASE WHEN length(CAST(payload AS BLOB)) > ? THEN 'null' ELSE payload END"}
+_LISTED = ", ".join(_LIMITED.get(column, column) for column in COLUMNS)
+_LISTED_ROW = Layout(COLUMNS, ("payload_size",))
 
 
-def to_record(row: tuple[Any, ...]) -> Event:
+def to_record(row: Sequence[Any]) -> Event:
+    execution_id, event_seq, type, payload, occurred_at = row
     return Event(
-        execution_id=row[0],
-        event_seq=row[1],
-        type=row[2],
-        payload=row[3],
-        occurred_at=from_micros(row[4]),
+        execution_id=execution_id,
+        event_seq=event_seq,
+        type=type,
+        payload=payload,
+        occurred_at=from_micros(occurred_at),
     )
 
 
 _ROWS_PER_INSERT = 100
 """Events one INSERT writes at most (5 parameters each, far below SQLite's limit)."""
-_INSERT = f"INSERT INTO events ({COLUMNS}) VALUES "
+_INSERT = f"INSERT INTO events ({_SELECTED}) VALUES "
 _ROW = "(?, ?, ?, ?, ?)"
 
 
@@ -73,19 +82,17 @@ def list_after(
 ) -> list[Event]:
     """A page of the log; a payload over `payload_limit` bytes of UTF-8 is left out."""
     rows = conn.execute(
-        """SELECT execution_id, event_seq, type,
-               CASE WHEN length(CAST(payload AS BLOB)) > ? THEN 'null' ELSE payload END,
-               occurred_at, length(CAST(payload AS BLOB))
-           FROM events WHERE execution_id = ? AND event_seq > ?
-           ORDER BY event_seq LIMIT ?""",
+        f"""SELECT {_LISTED}, length(CAST(payload AS BLOB))
+            FROM events WHERE execution_id = ? AND event_seq > ?
+            ORDER BY event_seq LIMIT ?""",
         (payload_limit, execution_id, after_seq, limit),
     ).fetchall()
     return [_listed(row, payload_limit) for row in rows]
 
 
-def _listed(row: tuple[Any, ...], payload_limit: int) -> Event:
-    record = to_record(row)
-    size = row[5]
+def _listed(row: Sequence[Any], payload_limit: int) -> Event:
+    columns, (size,) = _LISTED_ROW.split(row)
+    record = to_record(columns)
     return replace(record, omitted=(("payload", size),)) if size > payload_limit else record
 
 
@@ -103,7 +110,7 @@ def list_decisions(
     """The execution's events of these types, whole, in log order."""
     marks = ", ".join("?" * len(types))
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM events WHERE execution_id = ? AND type IN ({marks})"
+        f"SELECT {_SELECTED} FROM events WHERE execution_id = ? AND type IN ({marks})"
         " ORDER BY event_seq",
         (execution_id, *types),
     ).fetchall()

@@ -7,6 +7,7 @@ Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this packag
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.store.base import ExecutionFilter, Page
+from rebuno.kernel.store.columns import Layout, names
 from rebuno.kernel.store.sqlite.errors import refusals
 from rebuno.kernel.store.sqlite.timestamps import (
     from_micros,
@@ -23,77 +25,96 @@ from rebuno.kernel.store.sqlite.timestamps import (
 )
 from rebuno.protocol.enums import ExecutionStatus
 
-ORIGIN = (
-    "idempotency_key, parent_execution_id, created_by, on_behalf_of, session, admitted_at,"
-    " spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq, has_children,"
-    " has_resources"
-)
-"""An execution's origin (§24-§27), after its core columns."""
-COLUMNS = (
-    "id, agent_id, agent_version, input, status, output, failure_reason, created_at,"
-    f" updated_at, deadline_at, last_event_seq, {ORIGIN}"
-)
-WIDTH = 23
-"""How many columns `COLUMNS` names: where an execution ends in a joined row."""
-
-
-def prefixed(alias: str) -> str:
-    """`COLUMNS` qualified by a table alias, for a joined query."""
-    return ", ".join(f"{alias}.{column.strip()}" for column in COLUMNS.split(","))
-
-
+COLUMNS = names("""
+    id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at,
+    deadline_at, last_event_seq, idempotency_key, parent_execution_id, created_by, on_behalf_of,
+    session, admitted_at, spawned_by_execution_id, spawned_by_step_id, forked_from, fork_seq,
+    has_children, has_resources
+""")
+"""The columns of an `Execution`, in the order `to_record` takes them."""
+APART = names("state, policy_bundle, restoration")
+"""The table's other columns, each read and written on its own: never part of the record."""
+_SELECTED = ", ".join(COLUMNS)
 _TERMINAL = "('completed', 'failed', 'cancelled')"
 # A list page: `COLUMNS` with an input or output over the page's limit (the `?`s) left out,
 # and then the two sizes, in bytes of UTF-8.
-_LISTED = (
-    "id, agent_id, agent_version,"
-    " CASE WHEN length(CAST(input AS BLOB)) > ? THEN 'null' ELSE input END, status,"
-    " CASE WHEN length(CAST(output AS BLOB)) > ? THEN NULL ELSE output END, failure_reason,"
-    f" created_at, updated_at, deadline_at, last_event_seq, {ORIGIN},"
-    " length(CAST(input AS BLOB)), length(CAST(output AS BLOB))"
+_LIMITED = {
+    "input": "CASE WHEN length(CAST(input AS BLOB)) > ? THEN 'null' ELSE input END",
+    "output": "CASE WHEN length(CAST(output AS BLOB)) > ? THEN NULL ELSE output END",
+}
+_LISTED = ", ".join(
+    [_LIMITED.get(column, column) for column in COLUMNS]
+    + ["length(CAST(input AS BLOB))", "length(CAST(output AS BLOB))"]
 )
+_LISTED_ROW = Layout(COLUMNS, ("input_size", "output_size"))
 
 
-def to_record(row: tuple[Any, ...]) -> Execution:
+def to_record(row: Sequence[Any]) -> Execution:
+    (
+        id,
+        agent_id,
+        agent_version,
+        input,
+        status,
+        output,
+        failure_reason,
+        created_at,
+        updated_at,
+        deadline_at,
+        last_event_seq,
+        idempotency_key,
+        parent_execution_id,
+        created_by,
+        on_behalf_of,
+        session,
+        admitted_at,
+        spawned_by_execution_id,
+        spawned_by_step_id,
+        forked_from,
+        fork_seq,
+        has_children,
+        has_resources,
+    ) = row
     return Execution(
-        id=row[0],
-        agent_id=row[1],
-        agent_version=row[2],
-        input=row[3],
-        status=ExecutionStatus(row[4]),
-        output=row[5],
-        failure_reason=row[6],
-        created_at=from_micros(row[7]),
-        updated_at=from_micros(row[8]),
-        deadline_at=from_micros_or_none(row[9]),
-        last_event_seq=row[10],
-        idempotency_key=row[11],
-        parent_execution_id=row[12],
-        created_by=row[13],
-        on_behalf_of=row[14],
-        session=row[15],
-        admitted_at=from_micros_or_none(row[16]),
-        spawned_by_execution_id=row[17],
-        spawned_by_step_id=row[18],
-        forked_from=row[19],
-        fork_seq=row[20],
-        has_children=bool(row[21]),
-        has_resources=bool(row[22]),
+        id=id,
+        agent_id=agent_id,
+        agent_version=agent_version,
+        input=input,
+        status=ExecutionStatus(status),
+        output=output,
+        failure_reason=failure_reason,
+        created_at=from_micros(created_at),
+        updated_at=from_micros(updated_at),
+        deadline_at=from_micros_or_none(deadline_at),
+        last_event_seq=last_event_seq,
+        idempotency_key=idempotency_key,
+        parent_execution_id=parent_execution_id,
+        created_by=created_by,
+        on_behalf_of=on_behalf_of,
+        session=session,
+        admitted_at=from_micros_or_none(admitted_at),
+        spawned_by_execution_id=spawned_by_execution_id,
+        spawned_by_step_id=spawned_by_step_id,
+        forked_from=forked_from,
+        fork_seq=fork_seq,
+        has_children=bool(has_children),
+        has_resources=bool(has_resources),
     )
 
 
-def _listed(row: tuple[Any, ...], payload_limit: int) -> Execution:
-    record = to_record(row)
+def _listed(row: Sequence[Any], payload_limit: int) -> Execution:
+    columns, (input_size, output_size) = _LISTED_ROW.split(row)
+    record = to_record(columns)
     omitted = tuple(
         (name, size)
-        for name, size in (("input", row[WIDTH]), ("output", row[WIDTH + 1]))
+        for name, size in (("input", input_size), ("output", output_size))
         if size is not None and size > payload_limit
     )
     return replace(record, omitted=omitted) if omitted else record
 
 
 def get(conn: sqlite3.Connection, execution_id: str) -> Execution:
-    row = conn.execute(f"SELECT {COLUMNS} FROM executions WHERE id = ?", (execution_id,))
+    row = conn.execute(f"SELECT {_SELECTED} FROM executions WHERE id = ?", (execution_id,))
     found = row.fetchone()
     if found is None:
         raise NotFound(f"execution {execution_id} not found")
@@ -106,7 +127,7 @@ def insert(
     """Raises `NotFound` when the agent is not registered: its foreign key is the check."""
     with refusals(f"execution {execution.id}", missing=f"agent {execution.agent_id} not found"):
         conn.execute(
-            f"INSERT INTO executions ({COLUMNS}, policy_bundle)"
+            f"INSERT INTO executions ({_SELECTED}, policy_bundle)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 execution.id,
@@ -140,7 +161,7 @@ def insert(
 def find(conn: sqlite3.Connection, agent_id: str, idempotency_key: str) -> Execution | None:
     """The agent's execution created under this idempotency key, if any (§27.1)."""
     row = conn.execute(
-        f"SELECT {COLUMNS} FROM executions WHERE agent_id = ? AND idempotency_key = ?",
+        f"SELECT {_SELECTED} FROM executions WHERE agent_id = ? AND idempotency_key = ?",
         (agent_id, idempotency_key),
     ).fetchone()
     return None if row is None else to_record(row)
@@ -167,7 +188,10 @@ def set_restoration(conn: sqlite3.Connection, execution_id: str, restoration: st
 def get_restoration(conn: sqlite3.Connection, execution_id: str) -> str | None:
     row = conn.execute("SELECT restoration FROM executions WHERE id = ?", (execution_id,))
     found = row.fetchone()
-    return None if found is None or found[0] is None else str(found[0])
+    if found is None:
+        return None
+    (value,) = found
+    return None if value is None else str(value)
 
 
 def set_state(conn: sqlite3.Connection, execution_id: str, state: str) -> None:
@@ -178,7 +202,10 @@ def get_own_policy(conn: sqlite3.Connection, execution_id: str) -> str | None:
     """The execution's own policy bundle (§26.4); None when its agent's applies."""
     row = conn.execute("SELECT policy_bundle FROM executions WHERE id = ?", (execution_id,))
     found = row.fetchone()
-    return None if found is None or found[0] is None else str(found[0])
+    if found is None:
+        return None
+    (value,) = found
+    return None if value is None else str(value)
 
 
 def get_state(conn: sqlite3.Connection, execution_id: str) -> str | None:
@@ -186,7 +213,8 @@ def get_state(conn: sqlite3.Connection, execution_id: str) -> str | None:
     row = conn.execute("SELECT state FROM executions WHERE id = ?", (execution_id,)).fetchone()
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
-    return None if row[0] is None else str(row[0])
+    (state,) = row
+    return None if state is None else str(state)
 
 
 _CHANGEABLE = ("status", "output", "failure_reason", "updated_at")
@@ -256,7 +284,7 @@ def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int, after: str
            ORDER BY id LIMIT ?""",
         (to_micros(now), after, limit),
     ).fetchall()
-    return [row[0] for row in rows]
+    return [execution_id for (execution_id,) in rows]
 
 
 def delete_terminal_before(conn: sqlite3.Connection, cutoff: datetime, limit: int) -> int:
@@ -298,7 +326,7 @@ def session_used(conn: sqlite3.Connection, session: str) -> bool:
 def first_waiter(conn: sqlite3.Connection, session: str, now: datetime) -> Execution | None:
     """The session's oldest waiter whose deadline has not passed."""
     row = conn.execute(
-        f"""SELECT {COLUMNS} FROM executions
+        f"""SELECT {_SELECTED} FROM executions
             WHERE session = ? AND admitted_at IS NULL AND status = 'pending'
                 AND (deadline_at IS NULL OR deadline_at > ?)
             ORDER BY id LIMIT 1""",
@@ -314,7 +342,10 @@ def last_completed(conn: sqlite3.Connection, agent_id: str, session: str) -> str
            ORDER BY id DESC LIMIT 1""",
         (session, agent_id),
     ).fetchone()
-    return None if row is None else str(row[0])
+    if row is None:
+        return None
+    (execution_id,) = row
+    return str(execution_id)
 
 
 def admit(conn: sqlite3.Connection, execution_id: str, now: datetime, parent: str | None) -> None:
@@ -339,7 +370,7 @@ def sessions_to_admit(conn: sqlite3.Connection, limit: int) -> list[str]:
             LIMIT ?""",
         (limit,),
     ).fetchall()
-    return [str(row[0]) for row in rows]
+    return [str(value) for (value,) in rows]
 
 
 def expired_sessions(conn: sqlite3.Connection, cutoff: datetime, limit: int) -> list[str]:
@@ -358,7 +389,7 @@ def expired_sessions(conn: sqlite3.Connection, cutoff: datetime, limit: int) -> 
             LIMIT ?""",
         (at, at, limit),
     ).fetchall()
-    return [str(row[0]) for row in rows]
+    return [str(value) for (value,) in rows]
 
 
 def delete_session(conn: sqlite3.Connection, session: str, cutoff: datetime) -> int:
@@ -381,7 +412,7 @@ def delete_session(conn: sqlite3.Connection, session: str, cutoff: datetime) -> 
 def children(conn: sqlite3.Connection, execution_id: str) -> list[Execution]:
     """The executions steps of this one started, oldest first."""
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM executions WHERE spawned_by_execution_id = ? ORDER BY id",
+        f"SELECT {_SELECTED} FROM executions WHERE spawned_by_execution_id = ? ORDER BY id",
         (execution_id,),
     ).fetchall()
     return [to_record(row) for row in rows]
@@ -397,7 +428,7 @@ def unsettled_children(conn: sqlite3.Connection, limit: int) -> list[str]:
             ORDER BY c.id LIMIT ?""",
         (limit,),
     ).fetchall()
-    return [str(row[0]) for row in rows]
+    return [str(value) for (value,) in rows]
 
 
 def orphans(conn: sqlite3.Connection, limit: int) -> list[str]:
@@ -410,7 +441,7 @@ def orphans(conn: sqlite3.Connection, limit: int) -> list[str]:
             ORDER BY c.id LIMIT ?""",
         (limit,),
     ).fetchall()
-    return [str(row[0]) for row in rows]
+    return [str(value) for (value,) in rows]
 
 
 def stalled(conn: sqlite3.Connection, limit: int) -> list[str]:
@@ -428,4 +459,4 @@ def stalled(conn: sqlite3.Connection, limit: int) -> list[str]:
             ORDER BY e.id LIMIT ?""",
         (limit,),
     ).fetchall()
-    return [str(row[0]) for row in rows]
+    return [str(value) for (value,) in rows]

@@ -11,7 +11,11 @@ import sqlite3
 from datetime import datetime
 
 from rebuno.kernel.domain import ratelimit
+from rebuno.kernel.store.columns import names
 from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
+
+COLUMNS = names("key, tokens, max_tokens, window_seconds, updated_at")
+"""A bucket's columns, in the order `take` writes them."""
 
 
 def take(
@@ -21,12 +25,15 @@ def take(
     row = conn.execute(
         "SELECT tokens, updated_at FROM rate_buckets WHERE key = ?", (key,)
     ).fetchone()
-    tokens: float | None = None if row is None else float(row[0])
-    updated_at: datetime | None = None if row is None else from_micros(row[1])
+    tokens: float | None = None
+    updated_at: datetime | None = None
+    if row is not None:
+        stored_tokens, stored_at = row
+        tokens, updated_at = float(stored_tokens), from_micros(stored_at)
     # No row: `take` starts the bucket full.
     left, wait = ratelimit.take(tokens, updated_at, max_calls, window_seconds, now)
     conn.execute(
-        """INSERT INTO rate_buckets (key, tokens, max_tokens, window_seconds, updated_at)
+        f"""INSERT INTO rate_buckets ({", ".join(COLUMNS)})
            VALUES (?, ?, ?, ?, ?)
            ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens,
                max_tokens = excluded.max_tokens, window_seconds = excluded.window_seconds,

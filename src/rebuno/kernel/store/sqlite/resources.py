@@ -1,4 +1,5 @@
-"""SQL for an execution's resources and checkpoints (§33) and the keys its steps affect.
+"""SQL for an execution's resources (§33) and the keys its steps affect; checkpoints are
+`checkpoints.py`'s.
 
 Synchronous functions over a `sqlite3.Connection`; the store decides which connection.
 Must import only sqlite3, `rebuno.kernel.store.base`, the domain and this package.
@@ -11,53 +12,59 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from rebuno.kernel.domain.records import Checkpoint, Resource
+from rebuno.kernel.domain.records import Resource
+from rebuno.kernel.store.columns import names
 
-_RESOURCE_COLUMNS = (
-    "execution_id, key, driver_id, configuration, coverage_reuse, every_steps, on_completion,"
-    " registered_seq, generation, count, binding, checkpoint_ref"
-)
-_CHECKPOINT_COLUMNS = "execution_id, key, generation, checkpoint_ref, covered_seq, invalidated_seq"
+COLUMNS = names("""
+    execution_id, key, driver_id, configuration, coverage_reuse, every_steps, on_completion,
+    registered_seq, generation, count, binding, checkpoint_ref
+""")
+"""The columns of a `Resource`, in the order `to_record` takes them."""
+_SELECTED = ", ".join(COLUMNS)
 
 
-def _resource(row: tuple[Any, ...]) -> Resource:
+def to_record(row: Sequence[Any]) -> Resource:
+    (
+        execution_id,
+        key,
+        driver_id,
+        configuration,
+        coverage_reuse,
+        every_steps,
+        on_completion,
+        registered_seq,
+        generation,
+        count,
+        binding,
+        checkpoint_ref,
+    ) = row
     return Resource(
-        execution_id=row[0],
-        key=row[1],
-        driver_id=row[2],
-        configuration=row[3],
-        coverage_reuse=bool(row[4]),
-        every_steps=row[5],
-        on_completion=bool(row[6]),
-        registered_seq=row[7],
-        generation=row[8],
-        count=row[9],
-        binding=row[10],
-        checkpoint_ref=row[11],
+        execution_id=execution_id,
+        key=key,
+        driver_id=driver_id,
+        configuration=configuration,
+        coverage_reuse=bool(coverage_reuse),
+        every_steps=every_steps,
+        on_completion=bool(on_completion),
+        registered_seq=registered_seq,
+        generation=generation,
+        count=count,
+        binding=binding,
+        checkpoint_ref=checkpoint_ref,
     )
 
 
 def list_resources(conn: sqlite3.Connection, execution_id: str) -> list[Resource]:
     rows = conn.execute(
-        f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE execution_id = ?"
-        " ORDER BY registered_seq, key",
+        f"SELECT {_SELECTED} FROM resources WHERE execution_id = ? ORDER BY registered_seq, key",
         (execution_id,),
     )
-    return [_resource(row) for row in rows]
-
-
-def list_checkpoints(conn: sqlite3.Connection, execution_id: str) -> list[Checkpoint]:
-    rows = conn.execute(
-        f"SELECT {_CHECKPOINT_COLUMNS} FROM resource_checkpoints WHERE execution_id = ?"
-        " ORDER BY covered_seq, id",
-        (execution_id,),
-    )
-    return [Checkpoint(*row) for row in rows]
+    return [to_record(row) for row in rows]
 
 
 def put_resource(conn: sqlite3.Connection, r: Resource) -> None:
     conn.execute(
-        f"INSERT OR REPLACE INTO resources ({_RESOURCE_COLUMNS})"
+        f"INSERT OR REPLACE INTO resources ({_SELECTED})"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             r.execution_id,
@@ -73,21 +80,6 @@ def put_resource(conn: sqlite3.Connection, r: Resource) -> None:
             r.binding,
             r.checkpoint_ref,
         ),
-    )
-
-
-def insert_checkpoint(conn: sqlite3.Connection, c: Checkpoint) -> None:
-    conn.execute(
-        f"INSERT INTO resource_checkpoints ({_CHECKPOINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-        (c.execution_id, c.key, c.generation, c.checkpoint_ref, c.covered_seq, c.invalidated_seq),
-    )
-
-
-def close_checkpoints(conn: sqlite3.Connection, execution_id: str, key: str, seq: int) -> None:
-    conn.execute(
-        "UPDATE resource_checkpoints SET invalidated_seq = ?"
-        " WHERE execution_id = ? AND key = ? AND invalidated_seq IS NULL",
-        (seq, execution_id, key),
     )
 
 
@@ -107,7 +99,7 @@ def affected_keys(conn: sqlite3.Connection, step_ids: Sequence[str]) -> dict[str
         " AND affected_keys IS NOT NULL",
         tuple(step_ids),
     )
-    return {row[0]: tuple(json.loads(row[1])) for row in rows}
+    return {step_id: tuple(json.loads(keys)) for step_id, keys in rows}
 
 
 def writing_keys(conn: sqlite3.Connection, execution_id: str) -> set[str]:
@@ -116,4 +108,4 @@ def writing_keys(conn: sqlite3.Connection, execution_id: str) -> set[str]:
         " AND affected_keys IS NOT NULL",
         (execution_id,),
     )
-    return {key for row in rows for key in json.loads(row[0])}
+    return {key for (keys,) in rows for key in json.loads(keys)}

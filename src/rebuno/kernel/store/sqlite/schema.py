@@ -1,7 +1,8 @@
 """The SQLite schema: tables, indexes and the triggers that guard terminal records.
 
-Versioned with `PRAGMA user_version`; `apply_schema` brings a database up to `LATEST`.
-Timestamps are INTEGER microseconds since the epoch (UTC); JSON values are TEXT kept verbatim.
+Versioned with `PRAGMA user_version`: `apply_schema` creates the schema in a new file and
+records `BASELINE`. Timestamps are INTEGER microseconds since the epoch (UTC); JSON values are
+TEXT kept verbatim.
 Must import only the standard library and `rebuno.kernel.domain`.
 """
 
@@ -11,9 +12,28 @@ import sqlite3
 
 from rebuno.kernel.domain.errors import Unavailable
 
+BASELINE = 8
+"""The version of `SCHEMA`, which a new file is created at. The versions before it were
+written by kernels before the first release; a file at one of them is refused, and created
+anew."""
+
+# Each statement's text is exactly what `sqlite_master` holds for it in every file at
+# `BASELINE` (SQLite stores the text it was given, and columns it added later on the last
+# line), so a new file is the same as any other at this version. The order of the statements
+# is the order of their pages in a new file.
+#
 # `events` is clustered on its key (rows are small, always read in key order). `steps` keeps a
 # rowid: results can be large. Its identity (execution, kind, target, args hash, occurrence)
-# needs no index of its own: the step id is a hash of exactly that tuple.
+# needs no index of its own: the step id is a hash of exactly that tuple. An execution's
+# origin (§27) follows its state: its idempotency key (one execution per agent and key), the
+# completed execution it continues, who created it and for whom, and the `state` it was
+# completed with; the session it is a turn of and when it was admitted (§24); the execution
+# and step that started it as a sub-agent (§25); a fork's source, seq and own bundle (§26);
+# whether a resource is registered in it and what a fork restored (§33). An agent's metadata
+# (§36) is kept across re-registrations and goes with the row. A dispatch names the agent
+# instance that acknowledged its current attempt (`agent-instances`; set with the
+# acknowledgement, cleared by the next claim), so a new incarnation of that instance can have
+# it reclaimed.
 _TABLES = (
     """CREATE TABLE agents (
         id TEXT PRIMARY KEY,
@@ -22,7 +42,7 @@ _TABLES = (
         policy_bundle TEXT,
         lease_timeout_seconds REAL,
         registered_at INTEGER NOT NULL
-    )""",
+    , description TEXT, input_schema TEXT, output_schema TEXT, metadata_updated_at INTEGER)""",
     """CREATE TABLE executions (
         id TEXT PRIMARY KEY,
         agent_id TEXT NOT NULL REFERENCES agents (id),
@@ -35,7 +55,11 @@ _TABLES = (
         updated_at INTEGER NOT NULL,
         deadline_at INTEGER,
         last_event_seq INTEGER NOT NULL
-    )""",
+    , idempotency_key TEXT, parent_execution_id TEXT, created_by TEXT NOT NULL DEFAULT 'unknown',"""
+    " on_behalf_of TEXT, state TEXT, session TEXT, admitted_at INTEGER,"
+    " spawned_by_execution_id TEXT, spawned_by_step_id TEXT, forked_from TEXT, fork_seq INTEGER,"
+    " policy_bundle TEXT, has_children INTEGER NOT NULL DEFAULT 0,"
+    " has_resources INTEGER NOT NULL DEFAULT 0, restoration TEXT)",
     """CREATE TABLE events (
         execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
         event_seq INTEGER NOT NULL,
@@ -61,7 +85,7 @@ _TABLES = (
         proposed_seq INTEGER NOT NULL,
         started_at INTEGER,
         completed_at INTEGER
-    )""",
+    , affected_keys TEXT)""",
     """CREATE TABLE approvals (
         id TEXT PRIMARY KEY,
         step_id TEXT NOT NULL,
@@ -74,7 +98,7 @@ _TABLES = (
         decided_at INTEGER,
         rationale TEXT,
         created_at INTEGER NOT NULL
-    )""",
+    , asserted_by TEXT)""",
     """CREATE TABLE dispatches (
         id TEXT PRIMARY KEY,
         execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
@@ -86,7 +110,7 @@ _TABLES = (
         locked_at INTEGER,
         created_at INTEGER NOT NULL,
         updated_at INTEGER NOT NULL
-    )""",
+    , instance_name TEXT, instance_incarnation TEXT)""",
     """CREATE TABLE dispatch_step_counters (
         dispatch_id TEXT NOT NULL REFERENCES dispatches (id) ON DELETE CASCADE,
         kind TEXT NOT NULL,
@@ -143,13 +167,6 @@ _TRIGGERS = (
         BEGIN SELECT RAISE(ABORT, 'step_terminal'); END""",
 )
 
-# `agent-instances`: who acknowledged a dispatch's current attempt (set with the acknowledgement,
-# cleared by the next claim), so a new incarnation of that instance can have it reclaimed.
-_AGENT_INSTANCES = (
-    "ALTER TABLE dispatches ADD COLUMN instance_name TEXT",
-    "ALTER TABLE dispatches ADD COLUMN instance_incarnation TEXT",
-)
-
 # Replay protection of `v1=` agent requests (§2.3): digests of accepted ones, until a copy's
 # timestamp would be refused anyway; the sweep deletes the rows past `expires_at`.
 _SEEN_REQUESTS = (
@@ -161,25 +178,9 @@ _SEEN_REQUESTS = (
     "CREATE INDEX seen_requests_expiry ON seen_requests (expires_at)",
 )
 
-# An execution's origin (§27): its idempotency key (one execution per agent and key), the
-# completed execution it continues, who created it and for whom, and the `state` it was
-# completed with; the session it is a turn of and when it was admitted (§24); the execution
-# and step that started it as a sub-agent (§25); a fork's source, seq and own bundle (§26).
-# Rows older than these columns read `unknown` as their creator.
-_EXECUTION_ORIGIN = (
-    "ALTER TABLE executions ADD COLUMN idempotency_key TEXT",
-    "ALTER TABLE executions ADD COLUMN parent_execution_id TEXT",
-    "ALTER TABLE executions ADD COLUMN created_by TEXT NOT NULL DEFAULT 'unknown'",
-    "ALTER TABLE executions ADD COLUMN on_behalf_of TEXT",
-    "ALTER TABLE executions ADD COLUMN state TEXT",
-    "ALTER TABLE executions ADD COLUMN session TEXT",
-    "ALTER TABLE executions ADD COLUMN admitted_at INTEGER",
-    "ALTER TABLE executions ADD COLUMN spawned_by_execution_id TEXT",
-    "ALTER TABLE executions ADD COLUMN spawned_by_step_id TEXT",
-    "ALTER TABLE executions ADD COLUMN forked_from TEXT",
-    "ALTER TABLE executions ADD COLUMN fork_seq INTEGER",
-    "ALTER TABLE executions ADD COLUMN policy_bundle TEXT",
-    "ALTER TABLE executions ADD COLUMN has_children INTEGER NOT NULL DEFAULT 0",
+# What an execution's origin is looked up by, and what it may hold once: one execution per
+# agent and idempotency key, one sub-agent per step, one admitted live execution per session.
+_ORIGIN_INDEXES = (
     """CREATE UNIQUE INDEX executions_spawned_by_step ON executions (spawned_by_step_id)
         WHERE spawned_by_step_id IS NOT NULL""",
     """CREATE INDEX executions_spawned_by ON executions (spawned_by_execution_id)
@@ -192,15 +193,6 @@ _EXECUTION_ORIGIN = (
         WHERE idempotency_key IS NOT NULL""",
     """CREATE INDEX executions_parent ON executions (parent_execution_id)
         WHERE parent_execution_id IS NOT NULL""",
-    "ALTER TABLE approvals ADD COLUMN asserted_by TEXT",
-)
-
-# What an agent publishes about itself (§36): kept across re-registrations, gone with the row.
-_AGENT_METADATA = (
-    "ALTER TABLE agents ADD COLUMN description TEXT",
-    "ALTER TABLE agents ADD COLUMN input_schema TEXT",
-    "ALTER TABLE agents ADD COLUMN output_schema TEXT",
-    "ALTER TABLE agents ADD COLUMN metadata_updated_at INTEGER",
 )
 
 _API_KEYS = (
@@ -217,9 +209,7 @@ _API_KEYS = (
     )""",
 )
 
-# External resources (§33): their metadata and checkpoints, child rows of their execution;
-# the keys each step affects; whether an execution has any (so one without reads nothing
-# more); what a fork restored.
+# External resources (§33): their metadata and checkpoints, child rows of their execution.
 _RESOURCES = (
     """CREATE TABLE resources (
         execution_id TEXT NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
@@ -247,46 +237,38 @@ _RESOURCES = (
         CHECK (invalidated_seq IS NULL OR covered_seq < invalidated_seq)
     )""",
     "CREATE INDEX resource_checkpoints_execution ON resource_checkpoints (execution_id, key)",
-    "ALTER TABLE steps ADD COLUMN affected_keys TEXT",
-    "ALTER TABLE executions ADD COLUMN has_resources INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE executions ADD COLUMN restoration TEXT",
-)
-
-# An execution's forks, listed by their source (§5.1) as the indexes of its origin list its
-# continuations and sub-agents.
-_FORKS_INDEX = (
+    # An execution's forks, listed by their source (§5.1) as the indexes of its origin list
+    # its continuations and sub-agents.
     """CREATE INDEX executions_forked_from ON executions (forked_from)
         WHERE forked_from IS NOT NULL""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    _TABLES + _INDEXES + _TRIGGERS,
-    _AGENT_INSTANCES,
-    _SEEN_REQUESTS,
-    _EXECUTION_ORIGIN,
-    _AGENT_METADATA,
-    _API_KEYS,
-    _RESOURCES,
-    _FORKS_INDEX,
+SCHEMA: tuple[str, ...] = (
+    _TABLES + _INDEXES + _TRIGGERS + _SEEN_REQUESTS + _ORIGIN_INDEXES + _API_KEYS + _RESOURCES
 )
-"""Migration `n` (1-based) takes the database from `user_version` n-1 to n."""
+"""The statements that create the schema of `BASELINE` in a new file, in order."""
 
-LATEST = len(MIGRATIONS)
+MIGRATIONS: tuple[tuple[str, ...], ...] = ()
+"""The changes since `BASELINE`: the n-th (from 1) takes a file from version `BASELINE + n - 1`
+to `BASELINE + n`."""
+LATEST = BASELINE + len(MIGRATIONS)
 
 
 def apply_schema(conn: sqlite3.Connection, path: str) -> None:
-    """Applies the missing migrations in one immediate transaction (so two processes opening
-    the same new file cannot both create it)."""
+    """Creates the schema in a new file and applies the missing migrations, in one immediate
+    transaction (so two processes opening the same new file cannot both create it). Refuses a
+    file at a version this kernel does not know, saying what to do."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = _user_version(conn)
-        if version > LATEST:
-            raise Unavailable(
-                f"SQLite database {path} has schema version {version}; "
-                f"this kernel knows versions up to {LATEST}"
-            )
+        _refuse_unknown(version, path)
+        if version == 0:
+            for statement in SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {BASELINE}")
+            version = BASELINE
         for number in range(version + 1, LATEST + 1):
-            for statement in MIGRATIONS[number - 1]:
+            for statement in MIGRATIONS[number - BASELINE - 1]:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
         conn.execute("COMMIT")
@@ -295,6 +277,20 @@ def apply_schema(conn: sqlite3.Connection, path: str) -> None:
         raise
 
 
+def _refuse_unknown(version: int, path: str) -> None:
+    if version > LATEST:
+        raise Unavailable(
+            f"SQLite database {path} has schema version {version}; "
+            f"this kernel knows versions up to {LATEST}"
+        )
+    if 0 < version < BASELINE:
+        raise Unavailable(
+            f"SQLite database {path} has schema version {version}, written by a pre-release"
+            " kernel, which this kernel cannot upgrade: move the file aside (or give --db-url"
+            " a new path) and start again"
+        )
+
+
 def _user_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("PRAGMA user_version").fetchone()
-    return int(row[0])
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    return int(version)

@@ -9,7 +9,11 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 
+from rebuno.kernel.store.columns import names
 from rebuno.kernel.store.sqlite.timestamps import from_micros, to_micros
+
+COLUMNS = names("digest, seen_at, expires_at")
+"""A digest's columns, in the order `remember` writes them."""
 
 
 def remember(
@@ -17,13 +21,16 @@ def remember(
 ) -> datetime | None:
     """Records `digest` as seen `now`; None when it is new, else when it was first seen."""
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO seen_requests (digest, seen_at, expires_at) VALUES (?, ?, ?)",
+        f"INSERT OR IGNORE INTO seen_requests ({', '.join(COLUMNS)}) VALUES (?, ?, ?)",
         (digest, to_micros(now), to_micros(until)),
     )
     if cursor.rowcount == 1:
         return None
     row = conn.execute("SELECT seen_at FROM seen_requests WHERE digest = ?", (digest,)).fetchone()
-    return from_micros(row[0]) if row else now
+    if row is None:
+        return now
+    (seen_at,) = row
+    return from_micros(seen_at)
 
 
 def forget_before(conn: sqlite3.Connection, now: datetime) -> int:

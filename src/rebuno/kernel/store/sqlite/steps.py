@@ -14,61 +14,84 @@ from typing import Any
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.records import Step
 from rebuno.kernel.store.base import StepKey
+from rebuno.kernel.store.columns import Layout, names
 from rebuno.kernel.store.sqlite.errors import refusals
 from rebuno.kernel.store.sqlite.timestamps import from_micros_or_none, to_micros_or_none
 from rebuno.protocol.enums import Idempotency, StepKind, StepStatus
 
-COLUMNS = (
-    "step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args,"
-    " result, error, usage_input, usage_output, proposed_seq, started_at, completed_at"
-)
+COLUMNS = names("""
+    step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args,
+    result, error, usage_input, usage_output, proposed_seq, started_at, completed_at
+""")
+"""The columns of a `Step`, in the order `to_record` takes them."""
+APART = names("affected_keys")
+"""The table's other column, read and written on its own (`resources.py`)."""
+_SELECTED = ", ".join(COLUMNS)
 _TERMINAL = ("succeeded", "failed", "denied", "cancelled")
 # A step list: `COLUMNS` with each payload over the limit (the first three `?`) left out, and
 # then the three sizes, in bytes of UTF-8.
-_LISTED = (
-    "step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency,"
-    " CASE WHEN length(CAST(args AS BLOB)) > ? THEN NULL ELSE args END,"
-    " CASE WHEN length(CAST(result AS BLOB)) > ? THEN NULL ELSE result END,"
-    " CASE WHEN length(CAST(error AS BLOB)) > ? THEN NULL ELSE error END,"
-    " usage_input, usage_output, proposed_seq, started_at, completed_at,"
-    " length(CAST(args AS BLOB)), length(CAST(result AS BLOB)), length(CAST(error AS BLOB))"
-)
-_WIDTH = 16
 _PAYLOADS = ("args", "result", "error")
+_LIMITED = {
+    payload: f"CASE WHEN length(CAST({payload} AS BLOB)) > ? THEN NULL ELSE {payload} END"
+    for payload in _PAYLOADS
+}
+_LISTED = ", ".join(
+    [_LIMITED.get(column, column) for column in COLUMNS]
+    + [f"length(CAST({payload} AS BLOB))" for payload in _PAYLOADS]
+)
+_LISTED_ROW = Layout(COLUMNS, ("args_size", "result_size", "error_size"))
 _WHOLE = 2**63 - 1
 """A limit no payload reaches: the use cases' own reads get every step whole."""
 
 
-def to_record(row: tuple[Any, ...]) -> Step:
+def to_record(row: Sequence[Any]) -> Step:
+    (
+        step_id,
+        execution_id,
+        kind,
+        target,
+        args_hash,
+        occurrence,
+        status,
+        idempotency,
+        args,
+        result,
+        error,
+        usage_input,
+        usage_output,
+        proposed_seq,
+        started_at,
+        completed_at,
+    ) = row
     return Step(
-        step_id=row[0],
-        execution_id=row[1],
-        kind=StepKind(row[2]),
-        target=row[3],
-        args_hash=row[4],
-        occurrence=row[5],
-        status=StepStatus(row[6]),
-        idempotency=Idempotency(row[7]),
-        args=row[8],
-        result=row[9],
-        error=row[10],
-        usage_input=row[11],
-        usage_output=row[12],
-        proposed_seq=row[13],
-        started_at=from_micros_or_none(row[14]),
-        completed_at=from_micros_or_none(row[15]),
+        step_id=step_id,
+        execution_id=execution_id,
+        kind=StepKind(kind),
+        target=target,
+        args_hash=args_hash,
+        occurrence=occurrence,
+        status=StepStatus(status),
+        idempotency=Idempotency(idempotency),
+        args=args,
+        result=result,
+        error=error,
+        usage_input=usage_input,
+        usage_output=usage_output,
+        proposed_seq=proposed_seq,
+        started_at=from_micros_or_none(started_at),
+        completed_at=from_micros_or_none(completed_at),
     )
 
 
 def find(conn: sqlite3.Connection, step_id: str) -> Step | None:
-    row = conn.execute(f"SELECT {COLUMNS} FROM steps WHERE step_id = ?", (step_id,)).fetchone()
+    row = conn.execute(f"SELECT {_SELECTED} FROM steps WHERE step_id = ?", (step_id,)).fetchone()
     return None if row is None else to_record(row)
 
 
 def find_many(conn: sqlite3.Connection, execution_id: str, step_ids: Sequence[str]) -> list[Step]:
     marks = ", ".join("?" * len(step_ids))
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM steps WHERE execution_id = ? AND step_id IN ({marks})",
+        f"SELECT {_SELECTED} FROM steps WHERE execution_id = ? AND step_id IN ({marks})",
         (execution_id, *step_ids),
     ).fetchall()
     return [to_record(row) for row in rows]
@@ -77,7 +100,7 @@ def find_many(conn: sqlite3.Connection, execution_id: str, step_ids: Sequence[st
 def insert(conn: sqlite3.Connection, step: Step) -> None:
     with refusals(f"step {step.step_id}"):
         conn.execute(
-            f"""INSERT INTO steps ({COLUMNS})
+            f"""INSERT INTO steps ({_SELECTED})
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 step.step_id,
@@ -139,11 +162,13 @@ def list_for(
     return [_listed(row, payload_limit) for row in rows]
 
 
-def _listed(row: tuple[Any, ...], payload_limit: int) -> Step:
-    record = to_record(row)
-    sizes = zip(_PAYLOADS, row[_WIDTH:], strict=True)
+def _listed(row: Sequence[Any], payload_limit: int) -> Step:
+    columns, sizes = _LISTED_ROW.split(row)
+    record = to_record(columns)
     omitted = tuple(
-        (name, size) for name, size in sizes if size is not None and size > payload_limit
+        (name, size)
+        for name, size in zip(_PAYLOADS, sizes, strict=True)
+        if size is not None and size > payload_limit
     )
     return replace(record, omitted=omitted) if omitted else record
 
@@ -169,4 +194,5 @@ def spent_tokens(conn: sqlite3.Connection, execution_id: str) -> int:
            FROM steps WHERE execution_id = ?""",
         (execution_id,),
     ).fetchone()
-    return int(row[0])
+    (spent,) = row
+    return int(spent)

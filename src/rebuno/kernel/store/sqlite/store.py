@@ -60,6 +60,7 @@ from rebuno.kernel.store.sqlite import (
     agents,
     api_keys,
     approvals,
+    checkpoints,
     dispatches,
     events,
     executions,
@@ -437,7 +438,7 @@ class SqliteStore:
         return self._read(resources.list_resources, execution_id)
 
     async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
-        return self._read(resources.list_checkpoints, execution_id)
+        return self._read(checkpoints.list_for, execution_id)
 
     async def get_restoration(self, execution_id: str) -> RawJson | None:
         return self._read(executions.get_restoration, execution_id)

@@ -40,10 +40,12 @@ from rebuno.kernel.store.base import (
     Unchanged,
     Wanted,
 )
+from rebuno.kernel.store.columns import Layout, qualified
 from rebuno.kernel.store.sqlite import (
     agents,
     api_keys,
     approvals,
+    checkpoints,
     dispatches,
     executions,
     rate_buckets,
@@ -198,7 +200,7 @@ class SqliteTransaction:
         return self._run(resources.list_resources, execution_id)
 
     async def list_checkpoints(self, execution_id: str) -> list[Checkpoint]:
-        return self._run(resources.list_checkpoints, execution_id)
+        return self._run(checkpoints.list_for, execution_id)
 
     async def affected_keys(self, step_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
         return self._run(resources.affected_keys, step_ids)
@@ -233,10 +235,10 @@ class SqliteTransaction:
         self._run(resources.put_resource, resource)
 
     async def insert_checkpoint(self, checkpoint: Checkpoint) -> None:
-        self._run(resources.insert_checkpoint, checkpoint)
+        self._run(checkpoints.insert, checkpoint)
 
     async def close_checkpoints(self, execution_id: str, key: str, seq: int) -> None:
-        self._run(resources.close_checkpoints, execution_id, key, seq)
+        self._run(checkpoints.close, execution_id, key, seq)
 
     async def set_affected_keys(self, step_id: str, keys: Sequence[str]) -> None:
         self._run(resources.set_affected_keys, step_id, keys)
@@ -305,18 +307,18 @@ def _lock_execution(
     live = False
     if lease is not None and now is not None:
         live = dispatches.renew_lease(conn, execution_id, lease, now)
+    execution, (policy_bundle,) = _LOCKED_ROW.split(row)
     return Locked(
-        execution=executions.to_record(row[: executions.WIDTH]),
-        lease_live=live,
-        policy_bundle=row[executions.WIDTH],
+        execution=executions.to_record(execution), lease_live=live, policy_bundle=policy_bundle
     )
 
 
 _LOCKED = f"""
-    SELECT {executions.prefixed("e")}, COALESCE(e.policy_bundle, a.policy_bundle)
+    SELECT {qualified("e", executions.COLUMNS)}, COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e LEFT JOIN agents a ON a.id = e.agent_id
     WHERE e.id = ?
 """
+_LOCKED_ROW = Layout(executions.COLUMNS, ("policy_bundle",))
 
 
 def _load_outcomes(
@@ -353,7 +355,7 @@ def _load_submission(
     if row is None:
         raise NotFound(f"execution {execution_id} not found")
     lease_live = dispatches.renew_lease(conn, execution_id, lease, now)
-    consumed = row[executions.WIDTH]
+    execution, (consumed, policy_bundle) = _SUBMISSION_ROW.split(row)
     occurrence = 0 if consumed is None else int(consumed) + 1
     step_id = step_id_for(occurrence)
     existing: Step | None = None
@@ -367,11 +369,11 @@ def _load_submission(
             if found.step_id in completing:
                 carried.append(found)
     return Submission(
-        execution=executions.to_record(row[: executions.WIDTH]),
+        execution=executions.to_record(execution),
         lease_live=lease_live,
         occurrence=occurrence,
         existing=existing,
-        policy_bundle=row[executions.WIDTH + 1],
+        policy_bundle=policy_bundle,
         completing=tuple(carried),
     )
 
@@ -379,13 +381,15 @@ def _load_submission(
 # The execution, the lease's occurrence counter for the key and the agent's bundle in one
 # statement. The step is then found by the id its occurrence yields (its primary key).
 _SUBMISSION = f"""
-    SELECT {executions.prefixed("e")}, c.consumed, COALESCE(e.policy_bundle, a.policy_bundle)
+    SELECT {qualified("e", executions.COLUMNS)}, c.consumed,
+        COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e
     LEFT JOIN dispatch_step_counters c ON c.dispatch_id = ? AND c.kind = ? AND c.target = ?
         AND c.args_hash = ?
     LEFT JOIN agents a ON a.id = e.agent_id
     WHERE e.id = ?
 """
+_SUBMISSION_ROW = Layout(executions.COLUMNS, ("consumed", "policy_bundle"))
 
 
 def load_completion(
@@ -405,27 +409,38 @@ def load_completion(
     )
 
 
-_SEQ = "SELECT last_event_seq, has_children FROM executions WHERE id = ?"
-_SEQ_AND_BUNDLE = """
+# What the condition of an optimistic transaction reads: the bundle only when a hash is given,
+# as the join costs a lookup in `agents`.
+_UNCHANGED = "SELECT last_event_seq, has_children, NULL FROM executions WHERE id = ?"
+_UNCHANGED_HASHED = """
     SELECT e.last_event_seq, e.has_children, COALESCE(e.policy_bundle, a.policy_bundle)
     FROM executions e LEFT JOIN agents a ON a.id = e.agent_id WHERE e.id = ?
 """
+_COUNTER_USED = "SELECT 1 FROM dispatch_step_counters WHERE dispatch_id = ? LIMIT 1"
 
 
 def still_unchanged(conn: sqlite3.Connection, execution_id: str, unchanged: Unchanged) -> bool:
-    """Whether an optimistic transaction's condition holds (renewing the lease if it does)."""
+    """The condition of an optimistic transaction (`Unchanged`), the one place this store
+    evaluates it; PostgreSQL's is `rebuno_unchanged` (`functions.sql`), clause for clause:
+    the execution is still at `last_event_seq`; with `childless`, no sub-agent was started
+    from it; with `policy_hash`, its bundle (its own, else its agent's; the empty text when it
+    has none) still hashes to it; with a lease and `now`, the lease's dispatch has used no
+    occurrence counter and the lease owns it (renewed then). A clause added here is added
+    there too, with its test in `tests/store/test_optimistic_condition.py`."""
     hashed = unchanged.policy_hash
-    row = conn.execute(_SEQ if hashed is None else _SEQ_AND_BUNDLE, (execution_id,)).fetchone()
-    if row is None or row[0] != unchanged.last_event_seq:
+    query = _UNCHANGED if hashed is None else _UNCHANGED_HASHED
+    row = conn.execute(query, (execution_id,)).fetchone()
+    if row is None:
         return False
-    if unchanged.childless and row[1]:
+    last_event_seq, has_children, policy_bundle = row
+    if last_event_seq != unchanged.last_event_seq:
         return False
-    if hashed is not None and identity.policy_hash(row[2] or "") != hashed:
+    if unchanged.childless and has_children:
+        return False
+    if hashed is not None and identity.policy_hash(policy_bundle or "") != hashed:
         return False
     lease, now = unchanged.lease, unchanged.now
     if lease is None or now is None:
         return True
-    used = conn.execute(
-        "SELECT 1 FROM dispatch_step_counters WHERE dispatch_id = ? LIMIT 1", (lease.dispatch_id,)
-    ).fetchone()
+    used = conn.execute(_COUNTER_USED, (lease.dispatch_id,)).fetchone()
     return used is None and dispatches.renew_lease(conn, execution_id, lease, now)

@@ -1,2 +1,0 @@
--- Once `rebuno_apply`, the one statement for all the writes of a use case. Functions now
--- live in `functions.sql`; the version stays, recorded by the databases that applied it.

@@ -1,3 +1,0 @@
--- Once `rebuno_load_submission` and its row type `rebuno_submission`. Functions now live in
--- `functions.sql`, which also drops that type; the version stays, recorded by the databases
--- that applied it.

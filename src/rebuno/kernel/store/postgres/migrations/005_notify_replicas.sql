@@ -1,2 +1,0 @@
--- Once the notifications `rebuno_apply` sends for other replicas. Functions now live in
--- `functions.sql`; the version stays, recorded by the databases that applied it.

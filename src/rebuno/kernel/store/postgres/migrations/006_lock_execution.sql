@@ -1,2 +1,0 @@
--- Once `rebuno_lock_execution` and `rebuno_apply_for_agent`. Functions now live in
--- `functions.sql`; the version stays, recorded by the databases that applied it.

@@ -1,2 +1,0 @@
--- Once `rebuno_apply_unchanged`. Functions now live in `functions.sql`; the version stays,
--- recorded by the databases that applied it.
