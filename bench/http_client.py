@@ -31,10 +31,10 @@ from typing import Any
 import httpx
 import uvicorn
 import uvloop
-from tests.support import free_port
 
 from bench.processes import Process
 from bench.stats import median, percentile
+from harness.ports import free_port
 from rebuno._http import Pool, Timeout, TransportError
 
 US = 1e6

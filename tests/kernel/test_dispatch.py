@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from harness.asgi import asgi_body, asgi_lifespan
+from harness.polling import wait_until
+from harness.ports import free_port
 from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.webhook import Targets
 from rebuno.kernel.service import dispatches
@@ -24,7 +27,6 @@ from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.signing import verify_body
 from tests.kernel.conftest import AGENT, settings
 from tests.sdk.loopback import serving
-from tests.support import asgi_body, asgi_lifespan, free_port, wait_until
 
 SECRET = "s3cret"
 

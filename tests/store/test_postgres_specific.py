@@ -21,6 +21,7 @@ import orjson
 import psycopg
 import pytest
 
+from harness.polling import wait_until
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Lease, Step
 from rebuno.kernel.store.base import Stale, Unchanged, Wanted
@@ -41,7 +42,7 @@ from tests.store.builders import (
     step,
     step_id_for,
 )
-from tests.support import START, wait_until
+from tests.support import START
 
 pytestmark = pytest.mark.postgres
 
