@@ -18,12 +18,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 from harness.ports import free_port
 from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.kernel.tracing import MISSING_EXTRA, CorrelationFilter, Tracing, current_ids
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from tests.cli.harness import child_env
 from tests.support import ManualClock
 

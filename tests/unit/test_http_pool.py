@@ -22,7 +22,7 @@ import uvloop
 from harness.asgi import asgi_body
 from harness.polling import wait_until
 from rebuno._http import PARSERS, Pool, Response, Timeout, TransportError
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from rebuno.protocol import signing
 from rebuno.sdk._kernel import Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError

@@ -35,10 +35,9 @@ from rebuno.kernel.config import (
     split_listen_addr,
     webhook_targets,
 )
-from rebuno.kernel.connection import http_protocol
 from rebuno.kernel.console.routes import ConsoleRoutes
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
+from rebuno.kernel.http_protocol import http_protocol
 from rebuno.kernel.manifest import load_manifest
 from rebuno.kernel.metrics import HttpMetrics
 from rebuno.kernel.service import lifecycle
@@ -49,6 +48,7 @@ from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.kernel.stream.postgres import PostgresBus
 from rebuno.kernel.tracing import Tracing, install_log_correlation
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 
 log = logging.getLogger("rebuno.kernel")
 GRACEFUL_SHUTDOWN_SECONDS = 10

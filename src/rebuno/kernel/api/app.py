@@ -3,8 +3,8 @@
 The app has no lifespan of its own; the server owns start-up and shutdown. Requests reach
 their route through `DirectRoutes`, and Starlette answers what it does not find. Routes served
 beside the API behind the same authentication (the console's, §40) are handed in by the server
-as `Beside`, so this package never imports the console. Must not import a store backend, the
-webhook sender or the console.
+as `Beside`, so this package never imports the console. Must not import a store backend,
+`kernel.webhooks` or the console.
 """
 
 from __future__ import annotations
