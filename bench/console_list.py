@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 import httpx
-from tests.cli.harness import wait_healthy
-from tests.e2e.processes import Process
-from tests.support import free_port
 
+from harness.ports import free_port
+from harness.processes import Process, wait_healthy
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import open_store
 from rebuno.kernel.service.kernel import Kernel

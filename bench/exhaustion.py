@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 import httpx
-from tests.support import free_port
+
+from harness.ports import free_port
 
 UPLOAD_BYTES = int(9.9 * 1024 * 1024)
 HEAD_TIMEOUT_SECONDS = 10

@@ -4,7 +4,7 @@ a time on a kept-alive connection:
 
 - (a) `httpx.AsyncClient` with its own transport (httpcore);
 - (b) `httpx.AsyncClient` over `PoolTransport`, an httpx transport backed by the lean pool;
-- (c) the lean pool (`rebuno._http.Pool`) called directly, as the SDK and the dispatcher do.
+- (c) the lean pool (`rebuno._http.Pool`) called directly, as the SDK and the webhook delivery do.
 
 The server runs in a process of its own (uvloop and httptools, as the kernel and an agent run
 it), so the CPU time measured here is the client's alone. The clients take turns within each
@@ -31,10 +31,10 @@ from typing import Any
 import httpx
 import uvicorn
 import uvloop
-from tests.support import free_port
 
 from bench.processes import Process
 from bench.stats import median, percentile
+from harness.ports import free_port
 from rebuno._http import Pool, Timeout, TransportError
 
 US = 1e6

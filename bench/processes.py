@@ -2,7 +2,7 @@
 `rebuno server` on a fresh PostgreSQL database) and the benchmark agent.
 
 Each runs in its own session, so a SIGKILL takes it down exactly like a crash. Imports only
-the standard library, httpx, psycopg and `tests.support` (for `free_port`, whose ports no
+the standard library, httpx, psycopg and `harness.ports` (for `free_port`, whose ports no
 outgoing connection can take); never the kernel or the SDK.
 """
 
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from tests.support import free_port
+
+from harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "bench-secret"

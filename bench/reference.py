@@ -23,11 +23,11 @@ from typing import Any
 import psycopg
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
-from tests.support import free_port
 
 from bench.outcome import Context, Outcome
 from bench.processes import Process, fresh_store
 from bench.stats import median
+from harness.ports import free_port
 from rebuno._http import Pool
 
 MS = 1000.0

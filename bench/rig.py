@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support import free_port
-
 from bench.processes import (
     DEFAULT_OPTIONS,
     TOKEN,
@@ -26,6 +24,7 @@ from bench.processes import (
     fresh_store,
 )
 from bench.sizes import Sizes
+from harness.ports import free_port
 
 
 @dataclass(slots=True)

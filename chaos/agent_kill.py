@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support import free_port
-
 from chaos.result import Figure, Result, Scale
 from chaos.rig import CRASH_POINTS, TERMINAL, Bodies, Programs, Verdict, kernel_on, ms
+from harness.ports import free_port
 
 NAME = "agent_kill"
 SUMMARY = "the agent SIGKILLed at random points over executions of safe and at-most-once tools"

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.loopback import Delivery, WebhookReceiver
-from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import AGENT_ID, SECRET, InProcessKernel, Programs, fast_settings
+from harness.ports import free_port
+from harness.webhooks import Delivery, WebhookReceiver
 from rebuno.kernel.service.context import utc_now
 from rebuno.protocol import signing
 from rebuno.protocol.signing import TIMESTAMP_WINDOW_SECONDS

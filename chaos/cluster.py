@@ -2,9 +2,9 @@
 server` on one PostgreSQL database with the thinking agent behind a balancer, a private
 PostgreSQL cluster, and the database-side checks of what the replicas wrote.
 
-The processes are the test suite's and the benchmark's own (`tests.e2e.processes.Server`,
-`bench.processes.Process`, the private cluster of `tests.e2e.test_postgres_restart`); this
-module only wires them together.
+The processes are the harness's and the benchmark's own (`harness.processes.Server`,
+`bench.processes.Process`, the private cluster of `harness.postgres`); this module only wires
+them together.
 """
 
 from __future__ import annotations
@@ -12,14 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import glob
 import itertools
-import os
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,10 +24,12 @@ from pathlib import Path
 
 import httpx
 import psycopg
+
 from bench.processes import AGENT_ID, SECRET, Process
-from tests.e2e.processes import FAST_RECOVERY, Server
-from tests.e2e.test_postgres_restart import OWNER, Cluster
-from tests.support import free_port
+from harness import postgres
+from harness.ports import free_port
+from harness.postgres import Cluster, pg_bindir
+from harness.processes import FAST_RECOVERY, Server
 
 TOKEN = "chaos-token"
 TERMINAL_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
@@ -183,36 +180,15 @@ def _abort(writer: asyncio.StreamWriter) -> None:
 # -- PostgreSQL ----------------------------------------------------------------------------
 
 
-def pg_bindir() -> Path | None:
-    """Where `initdb` and `pg_ctl` are, or None when PostgreSQL's server tools are missing."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if found:
-        return Path(found[-1]).parent
-    on_path = shutil.which("initdb")
-    return Path(on_path).parent if on_path else None
-
-
 @contextlib.contextmanager
 def private_cluster() -> Iterator[Cluster]:
-    """A PostgreSQL cluster of its own in a temporary directory, started, on a free port;
-    stopped (immediately) and removed afterwards."""
+    """A PostgreSQL cluster of its own (`harness.postgres`), started, on a free port; stopped
+    and removed afterwards."""
     bindir = pg_bindir()
     if bindir is None:
         raise RuntimeError("initdb is not installed: cannot create a private PostgreSQL cluster")
-    # Not under the scenario's directory: when we are root the cluster belongs to another
-    # user, who must be able to reach it, and a test's directory is private to root.
-    root = Path(tempfile.mkdtemp(prefix="chaos-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(root, OWNER, OWNER)
-    cluster = Cluster(bindir, root, free_port())
-    try:
-        cluster.init()
-        cluster.start()
+    with postgres.private_cluster(bindir, prefix="chaos-pg-") as cluster:
         yield cluster
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            cluster.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:

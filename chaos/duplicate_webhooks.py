@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import TERMINAL, Bodies, LogFaults, Programs, Verdict, dev_kernel, log_faults
+from harness.ports import free_port
 
 NAME = "duplicate_webhooks"
 SUMMARY = "each webhook delivered 2-3 times, concurrently and late"

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import (
@@ -35,6 +34,7 @@ from chaos.rig import (
     log_faults,
     sqlite_store,
 )
+from harness.ports import free_port
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.base import ClaimedDispatch, Store, Transaction, Unchanged
 

@@ -29,12 +29,12 @@ from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
 import httpx
-from bench.processes import AGENT_ID, fresh_store
-from tests.e2e.processes import FAST_RECOVERY, Server
-from tests.support import free_port
 
+from bench.processes import AGENT_ID, fresh_store
 from chaos.cluster import TOKEN, Cut, Proxy, connect, percentile, write_manifest
 from chaos.result import Result, Scale
+from harness.ports import free_port
+from harness.processes import FAST_RECOVERY, Server
 from rebuno.kernel.store.postgres.connection import lock_key
 
 NAME = "partition"

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from tests.e2e.processes import Server
 
 from chaos.cluster import Creator, Fleet, fleet, percentile, private_cluster, wait_drained
 from chaos.result import Result, Scale
+from harness.processes import Server
 
 NAME = "postgres_restart"
 SUMMARY = "PostgreSQL restarted at random under 2 replicas: all complete, event_seq contiguous"

@@ -22,11 +22,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
-from tests.sdk.provider import FakeProvider
-from tests.support import free_port
 
 from chaos.result import Result, Scale
 from chaos.rig import CRASH_POINTS, Bodies, ForkedAgent, Programs, dev_kernel, stub_model
+from harness.llm_provider import FakeProvider
+from harness.ports import free_port
 
 NAME = "property_replay"
 SUMMARY = "random programs of tool, LLM and local steps, crashed at random points, replayed"

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.processes import fresh_store
-
 from chaos.cluster import Creator, Fleet, connect, fleet, percentile, replica_id, wait_drained
 from chaos.result import Result, Scale
 

@@ -3,7 +3,7 @@ on a store or clock a scenario wraps), the program agent of `chaos/agent.py` in 
 scenario kills, the ledger those processes write, a stub model on loopback, and the checks of an
 execution's event log.
 
-Builds on the end-to-end tests' process helpers and the benchmark's percentiles; imports the
+Builds on the harness's processes and fake provider and the benchmark's percentiles; imports the
 kernel only to serve it in-process.
 """
 
@@ -29,12 +29,13 @@ from typing import Any
 
 import httpx
 import uvicorn
+
 from bench.processes import fresh_store
 from bench.stats import percentile
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Server
-from tests.sdk.provider import FakeProvider
-from tests.support import free_port, poll_until
-
+from harness.llm_provider import FakeProvider
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import FAST_RECOVERY, ROOT, Kernel, Server
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import serve
 from rebuno.kernel.store.base import Store

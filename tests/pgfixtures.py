@@ -29,8 +29,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
+from harness.polling import poll_until
 from rebuno.kernel.store.postgres import PostgresStore
-from tests.support import poll_until
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 _CONNECT_TIMEOUT_SECONDS = 3

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from starlette.types import ASGIApp
 
-from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.records import Execution
+from rebuno.kernel.server import application
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
@@ -43,7 +43,8 @@ async def kernel(store: Store, clock: ManualClock, api_settings: Settings) -> Ke
 
 @pytest.fixture
 def app(kernel: Kernel, api_settings: Settings) -> ASGIApp:
-    return create_app(kernel, api_settings)
+    """The app a replica serves: the API and the console beside it."""
+    return application(kernel, api_settings)
 
 
 @pytest.fixture

@@ -49,6 +49,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from harness.polling import poll_until
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import serve
 from rebuno.protocol.signing import (
@@ -59,7 +60,6 @@ from rebuno.protocol.signing import (
     TIMESTAMP_HEADER,
     sign_request,
 )
-from tests.support import poll_until
 
 SEED = 20261201
 AGENT = "fuzzer"

@@ -7,10 +7,11 @@ import asyncio
 
 import httpx
 
+from harness.polling import wait_until
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.service.kernel import Kernel
 from tests.api.harness import assert_error
-from tests.support import parked, wait_until
+from tests.support import parked
 
 
 async def test_empty_answer_is_held_until_the_next_event(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.polling import wait_until
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import serve
-from tests.support import wait_until
 
 HEAD_TIMEOUT = timedelta(milliseconds=300)
 BODY_TIMEOUT = timedelta(milliseconds=300)

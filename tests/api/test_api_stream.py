@@ -13,11 +13,11 @@ import pytest
 import uvicorn
 from starlette.types import ASGIApp
 
+from harness.polling import wait_until
 from rebuno.kernel.domain.records import Execution
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.stream.memory import MemoryBus
 from tests.api.harness import AGENT, TOKEN, AgentClient, assert_error
-from tests.support import wait_until
 
 FRAME_TIMEOUT = 5.0
 

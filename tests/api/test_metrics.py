@@ -17,13 +17,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import ASGIApp
 
+from harness.polling import wait_until
 from rebuno.kernel import background
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.metrics import HttpMetrics
 from rebuno.kernel.service.executions import Origin
 from rebuno.kernel.service.kernel import Kernel
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from tests.api.harness import AGENT, BASE_URL, SECRET, TOKEN, AgentClient, claim
-from tests.support import ManualClock, wait_until
+from tests.support import ManualClock
 
 GATED = """
 rules:

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.harness import (
-    Process,
-    child_env,
-    kernel_args,
-    start_agent,
-    wait_healthy,
-    write_manifest,
-)
-from tests.support import free_port
+from harness.ports import free_port
+from harness.processes import wait_healthy
+from tests.cli.harness import Process, child_env, kernel_args, start_agent, write_manifest
 
 GATED = """
 rules:

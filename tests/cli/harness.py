@@ -1,24 +1,23 @@
 """Real processes for the CLI tests: `rebuno dev` or `rebuno server` on loopback, the agents of
 `tests/cli/agent.py`, and `rebuno ...` one-shot commands run to completion.
 
-Every wait is bounded and polled; processes are stopped with SIGTERM, then SIGKILL.
+Every wait is bounded and polled; processes are stopped with SIGTERM, then SIGKILL
+(`harness.processes`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from tests.support import poll_until
+from harness import processes
+from harness.polling import poll_until
 
 AGENT_SCRIPT = Path(__file__).with_name("agent.py")
 SECRET = "agent-s3cret-value"
@@ -31,45 +30,13 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
-class Process:
-    """A child whose stdout and stderr go to a log file kept for failure messages."""
+class Process(processes.Process):
+    """A child with exactly the environment it is given (built with `child_env`), so that no
+    REBUNO_* setting of the test's own environment reaches it."""
 
-    def __init__(self, args: Sequence[str], log: Path, env: Mapping[str, str]) -> None:
-        self.log = log
-        self._out = log.open("ab")
-        self.proc = subprocess.Popen(
-            list(args),
-            stdin=subprocess.DEVNULL,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            start_new_session=True,
-        )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._out.close()
-
-
-def wait_healthy(url: str, process: Process | None = None) -> None:
-    def healthy() -> bool:
-        if process is not None and process.proc.poll() is not None:
-            raise AssertionError(f"process exited early:\n{process.output()}")
-        try:
-            return httpx.get(f"{url}/v0/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    poll_until(healthy, 20, f"a kernel on {url}")
+    @staticmethod
+    def environment(env: Mapping[str, str] | None) -> dict[str, str]:
+        return dict(env or {})
 
 
 def write_manifest(path: Path, agents: Mapping[str, int], policies: Mapping[str, str]) -> Path:

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from harness.polling import poll_until
+from harness.ports import free_port
 from tests.cli.conftest import Stack
 from tests.cli.harness import CLI, child_env, rebuno, rebuno_json
-from tests.support import free_port, poll_until
 
 
 def create(stack: Stack, agent_id: str, input_json: str) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from harness.asgi import asgi_body, asgi_lifespan
+from harness.polling import wait_until
 from rebuno.cli import operations
 from rebuno.cli.admin import AdminClient
 from rebuno.cli.render import Output
@@ -21,7 +23,6 @@ from rebuno.kernel.config import Settings
 from rebuno.kernel.server import serve
 from rebuno.protocol.enums import ExecutionStatus
 from tests.sdk.loopback import serving
-from tests.support import asgi_body, asgi_lifespan, wait_until
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]

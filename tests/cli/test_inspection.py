@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 
+from harness.polling import poll_until
 from tests.cli.conftest import Stack
 from tests.cli.harness import CLI, child_env, rebuno, rebuno_json
-from tests.support import poll_until
 
 # The runs are set up and decided over HTTP, so that only the command under test is a process.
 

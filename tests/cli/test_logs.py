@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import wait_healthy
 from rebuno.cli.logs import JsonFormatter, TextFormatter, configure_logging
 from tests.cli.harness import (
     CLI,
@@ -21,10 +24,8 @@ from tests.cli.harness import (
     rebuno,
     rebuno_json,
     start_agent,
-    wait_healthy,
     write_manifest,
 )
-from tests.support import free_port, poll_until
 
 TOKEN = "bearer-T0KEN-for-the-log-test"
 OTHER_SECRET = "registered-0ver-the-api"

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.polling import poll_until
 from rebuno.cli.main import main
 from tests.cli.conftest import GATED, Stack
-from tests.support import poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

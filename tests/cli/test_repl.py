@@ -13,17 +13,11 @@ import httpx
 import pexpect
 import pytest
 
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import wait_healthy
 from tests.cli.conftest import GATED
-from tests.cli.harness import (
-    CLI,
-    Process,
-    child_env,
-    kernel_args,
-    start_agent,
-    wait_healthy,
-    write_manifest,
-)
-from tests.support import free_port, poll_until
+from tests.cli.harness import CLI, Process, child_env, kernel_args, start_agent, write_manifest
 
 PROMPT = "rebuno> "
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

@@ -15,16 +15,17 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from harness.ports import free_port
 from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.dispatch import DeliveryOutcome
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.kernel.tracing import MISSING_EXTRA, CorrelationFilter, Tracing, current_ids
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from tests.cli.harness import child_env
-from tests.support import ManualClock, free_port
+from tests.support import ManualClock
 
 SETTINGS = Settings(dev=True, db_url="sqlite:///unused", replica_id="replica-t")
 MISSING = "00000000-0000-7000-8000-000000000001"

@@ -20,16 +20,11 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import wait_healthy
 from tests.cli.conftest import AGENTS, GATED, Stack
-from tests.cli.harness import (
-    Process,
-    child_env,
-    kernel_args,
-    start_agent,
-    wait_healthy,
-    write_manifest,
-)
-from tests.support import free_port, poll_until
+from tests.cli.harness import Process, child_env, kernel_args, start_agent, write_manifest
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 
-from tests.support import free_port, poll_until
+from harness.polling import poll_until
+from harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)

@@ -60,6 +60,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.ports import free_port
 from tests.docs import environment as env_module
 from tests.docs.blocks import (
     ROOT,
@@ -73,7 +74,6 @@ from tests.docs.blocks import (
     transcript,
 )
 from tests.docs.environment import Environment
-from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

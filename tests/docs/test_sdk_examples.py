@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import Kernel, Process
 from tests.docs.blocks import blocks
-from tests.e2e.processes import Kernel, Process
-from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import ROOT, Kernel, Process, Server
-from tests.support import free_port, poll_until
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import ROOT, Kernel, Process, Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 

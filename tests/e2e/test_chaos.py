@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from chaos.cli import render, write
 from chaos.registry import MODULES, scenarios
 from chaos.result import Result, Scale

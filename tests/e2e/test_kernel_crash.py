@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, official_sdk_python
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import FAST_RECOVERY, ROOT, Kernel, Process
+from tests.e2e.compat import official_sdk_python
 from tests.e2e.test_official_sdk import manifest
-from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

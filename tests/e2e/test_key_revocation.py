@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.processes import Server
-from tests.support import poll_until
+from harness.polling import poll_until
+from harness.processes import Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(120)]
 

@@ -21,8 +21,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.processes import ROOT, Kernel, Process, dev_or_replicas, official_sdk_python
-from tests.support import free_port, poll_until
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import ROOT, Kernel, Process
+from tests.e2e.compat import dev_or_replicas, official_sdk_python
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.processes import ROOT, Kernel, Process, dev_or_replicas, official_sdk_python
-from tests.support import free_port
+from harness.ports import free_port
+from harness.processes import ROOT, Kernel, Process
+from tests.e2e.compat import dev_or_replicas, official_sdk_python
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server, official_sdk_python
-from tests.support import free_port, poll_until
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server
+from tests.e2e.compat import official_sdk_python
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

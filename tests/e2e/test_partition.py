@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
-from chaos.cluster import Cut, Proxy
 
+from chaos.cluster import Cut, Proxy
+from harness.polling import wait_until
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.store.postgres import PostgresStore
 from rebuno.kernel.store.postgres import store as store_module
-from tests.support import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(60)]
 

@@ -9,23 +9,18 @@ calls that retry while the kernel answers 5xx or cannot be reached, as a robust 
 from __future__ import annotations
 
 import collections
-import contextlib
-import glob
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
-from psycopg import sql
 
-from tests.e2e.loopback import AgentClient, Delivery, WebhookReceiver
-from tests.e2e.processes import Server
+from harness.polling import poll_until
+from harness.postgres import Cluster, pg_bindir, private_cluster
+from harness.processes import Server
+from harness.webhooks import AgentClient, Delivery, WebhookReceiver
 from tests.e2e.test_replicas import (
     AGENT,
     FAST,
@@ -36,7 +31,6 @@ from tests.e2e.test_replicas import (
     create,
     write_manifest,
 )
-from tests.support import free_port, poll_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -45,58 +39,12 @@ pytestmark = [
     pytest.mark.timeout(240),
 ]
 
-OWNER = "postgres"
-"""initdb refuses to run as root; the cluster belongs to this OS user when we are root."""
 EXECUTIONS, STEPS = 6, 3
 ENV = {**FAST, "REBUNO_DISPATCH_MAX_ATTEMPTS": "20"}
 
 
-class Cluster:
-    """A PostgreSQL cluster of its own in `root`, on loopback `port`, trust auth."""
-
-    def __init__(self, bindir: Path, root: Path, port: int) -> None:
-        self._bindir = bindir
-        self._data = root / "data"
-        self._root = root
-        self.port = port
-
-    def url(self, database: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
-
-    def init(self) -> None:
-        self._run("initdb", "-D", str(self._data), "-A", "trust", "-U", "postgres", "--no-sync")
-
-    def start(self) -> None:
-        self._pg_ctl("start")
-
-    def restart(self) -> None:
-        self._pg_ctl("-m", "fast", "restart")
-
-    def _pg_ctl(self, *command: str) -> None:
-        options = f"-p {self.port} -k {self._root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        log = str(self._root / "server.log")
-        self._run("pg_ctl", "-D", str(self._data), "-l", log, "-o", options, "-w", *command)
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run("pg_ctl", "-D", str(self._data), "-m", mode, "-w", "stop")
-
-    def create_database(self, name: str) -> None:
-        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-    def _run(self, tool: str, *args: str) -> None:
-        command = [str(self._bindir / tool), *args]
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", OWNER, "--", *command]
-        subprocess.run(command, check=True, capture_output=True, timeout=60)
-
-
 def _bindir() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    located = Path(found[-1]).parent if found else None
-    on_path = shutil.which("initdb")
-    if located is None and on_path is not None:
-        located = Path(on_path).parent
+    located = pg_bindir()
     if located is None:
         message = "initdb is not installed: cannot create a private PostgreSQL cluster"
         if os.environ.get("CI"):
@@ -107,19 +55,8 @@ def _bindir() -> Path:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    bindir = _bindir()
-    root = Path(tempfile.mkdtemp(prefix="rebuno-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(root, OWNER, OWNER)
-    private = Cluster(bindir, root, free_port())
-    try:
-        private.init()
-        private.start()
+    with private_cluster(_bindir()) as private:
         yield private
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):  # never started
-            private.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

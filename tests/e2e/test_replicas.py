@@ -19,9 +19,10 @@ import httpx
 import psycopg
 import pytest
 
-from tests.e2e.loopback import AgentClient, Delivery, Relay, WebhookReceiver
-from tests.e2e.processes import Server
-from tests.support import poll_until
+from harness.polling import poll_until
+from harness.processes import Server
+from harness.webhooks import AgentClient, Delivery, WebhookReceiver
+from tests.e2e.relay import Relay
 
 pytestmark = [
     pytest.mark.e2e,

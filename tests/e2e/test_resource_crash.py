@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server
 from rebuno.kernel.domain.records import Resource
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.store.sqlite import SqliteStore
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process, Server
-from tests.support import free_port, poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.e2e.processes import FAST_RECOVERY, ROOT, Kernel, Process
-from tests.sdk.provider import FakeProvider
-from tests.support import free_port, poll_until
+from harness.llm_provider import FakeProvider
+from harness.polling import poll_until
+from harness.ports import free_port
+from harness.processes import FAST_RECOVERY, ROOT, Kernel, Process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

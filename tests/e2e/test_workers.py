@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.loopback import AgentClient, Delivery, WebhookReceiver
-from tests.e2e.processes import Server
+from harness.polling import poll_until
+from harness.processes import Server
+from harness.webhooks import AgentClient, Delivery, WebhookReceiver
 from tests.e2e.test_replicas import AGENT, FAST, SECRET, TOKEN, create, finish, write_manifest
-from tests.support import poll_until
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,17 +13,19 @@ from typing import Any
 
 import pytest
 
+from harness.asgi import asgi_body, asgi_lifespan
+from harness.polling import wait_until
+from harness.ports import free_port
 from rebuno.kernel.background import DispatchLoop
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
 from rebuno.kernel.domain.webhook import Targets
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.signing import verify_body
 from tests.kernel.conftest import AGENT, settings
 from tests.sdk.loopback import serving
-from tests.support import asgi_body, asgi_lifespan, free_port, wait_until
 
 SECRET = "s3cret"
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from harness.polling import wait_until
 from rebuno.kernel import background
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded, NotFound
 from rebuno.kernel.service import queries
@@ -17,7 +18,7 @@ from rebuno.kernel.store.base import ExecutionFilter, Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.protocol.enums import Decision, ExecutionStatus, StepStatus
 from tests.kernel.conftest import AGENT, Run, claim, settings
-from tests.support import ManualClock, parked, wait_until
+from tests.support import ManualClock, parked
 
 
 async def test_complete_execution_stores_output_and_retires_the_lease(run: Run) -> None:

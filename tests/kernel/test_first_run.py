@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from harness.polling import wait_until
 from rebuno.kernel.domain.errors import ExecutionTerminal, LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
 from rebuno.kernel.service.kernel import Kernel
@@ -19,7 +20,7 @@ from rebuno.protocol.enums import ExecutionStatus, StepKind, StepStatus
 from tests.counting import Counting
 from tests.kernel.conftest import AGENT, Answering, Run, redeliver, request
 from tests.kernel.test_step_records import STEP_EVENTS, report
-from tests.support import ManualClock, parked, wait_until
+from tests.support import ManualClock, parked
 
 FIRST_EVENTS = ["execution.created", "dispatch.queued", "dispatch.acked", "execution.started"]
 

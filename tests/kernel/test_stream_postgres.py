@@ -14,10 +14,10 @@ from contextlib import AbstractAsyncContextManager
 import psycopg
 import pytest
 
+from harness.polling import wait_until
 from rebuno.kernel.stream.bus import Delta
 from rebuno.kernel.stream.memory import MemorySubscription
 from rebuno.kernel.stream.postgres import CHANNEL, MAX_PAYLOAD_BYTES, PostgresBus, decode, encode
-from tests.support import wait_until
 
 Buses = Callable[[], AbstractAsyncContextManager[PostgresBus]]
 

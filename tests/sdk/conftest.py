@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.polling import wait_until
 from rebuno import Agent, Client
 from rebuno.kernel.config import Settings
 from rebuno.kernel.server import serve
 from rebuno.sdk.agent import Durability
 from rebuno.types import Execution
 from tests.sdk.loopback import free_socket, serving, url_of
-from tests.support import wait_until
 
 SECRET = "agent-secret"
 _STOP_TIMEOUT = 5.0

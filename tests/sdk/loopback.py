@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from tests.support import wait_until
+from harness.polling import wait_until
 
 
 def free_socket() -> socket.socket:

@@ -9,11 +9,11 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from harness.polling import wait_until
 from rebuno import Blocked, ToolError, execution, step, tool
 from rebuno.protocol.signing import sign_body
 from rebuno.types import Event, ExecutionStatus
 from tests.sdk.conftest import SECRET, Harness
-from tests.support import wait_until
 
 APPROVE_SEND = """
 rules:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.polling import wait_until
 from rebuno import Agent
 from rebuno.protocol.extensions import (
     AGENT_INSTANCES,
@@ -29,7 +30,6 @@ from rebuno.protocol.extensions import (
 from rebuno.protocol.signing import SIGNATURE_HEADER, sign_body
 from tests.sdk.conftest import SECRET, Harness
 from tests.sdk.loopback import free_socket, serving, url_of
-from tests.support import wait_until
 
 LEASE_SECONDS = 60
 REDELIVERY_TIMEOUT = 10.0

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
+from harness.polling import wait_until
 from rebuno import Agent
 from tests.sdk.conftest import SECRET, Harness
 from tests.sdk.loopback import free_socket, serving, url_of
-from tests.support import wait_until
 
 
 class Summary(BaseModel):

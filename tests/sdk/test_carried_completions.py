@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
+from harness.polling import wait_until
 from rebuno import execution, step, tool
 from rebuno.kernel.config import Settings
 from tests.sdk.conftest import Harness
-from tests.support import wait_until
 
 
 @pytest.fixture

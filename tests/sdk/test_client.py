@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
+from harness.polling import wait_until
 from rebuno import Client, NotFoundError, Terminated, ValidationError, tool
 from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
-from tests.support import wait_until
 
 NOWHERE = "http://127.0.0.1:9/webhook"
 # Characters that break a query or a path when sent unescaped.

@@ -11,9 +11,9 @@ from urllib.parse import parse_qs
 
 import pytest
 
+from harness.asgi import asgi_body, asgi_lifespan
 from rebuno import Client, NetworkError, NotFoundError
 from tests.sdk.loopback import free_socket, serving, url_of
-from tests.support import asgi_body, asgi_lifespan
 
 AWKWARD = "a b&c=d +1% é/?#"
 

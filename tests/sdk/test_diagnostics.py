@@ -15,12 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.asgi import asgi_body, asgi_lifespan
+from harness.polling import wait_until
 from rebuno import Agent
 from rebuno.protocol.signing import SIGNATURE_HEADER, sign_body
 from rebuno.sdk._diagnostics import CHECK_ENV, Throttle
 from tests.sdk.conftest import SECRET, Harness
 from tests.sdk.loopback import free_socket, serving, url_of
-from tests.support import asgi_body, asgi_lifespan, wait_until
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.polling import wait_until
 from rebuno import execution
 from tests.sdk.conftest import Harness
-from tests.support import wait_until
 
 
 async def reads(harness: Harness) -> float:

@@ -9,10 +9,10 @@ from datetime import timedelta
 
 import pytest
 
+from harness.polling import wait_until
 from rebuno.kernel.config import Settings
 from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
-from tests.support import wait_until
 
 LEASE = timedelta(milliseconds=1500)
 """Short enough that two periods pass quickly, long enough that a loaded machine stalling the

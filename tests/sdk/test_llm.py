@@ -11,12 +11,12 @@ import httpx
 import openai
 import pytest
 
+from harness.llm_provider import FakeProvider, openai_client
+from harness.polling import wait_until
 from rebuno import PolicyError, http_client, raise_for_refusal, tool
 from rebuno.types import ExecutionStatus, StreamDelta
 from tests.sdk.conftest import Harness
 from tests.sdk.loopback import serving
-from tests.sdk.provider import FakeProvider, openai_client
-from tests.support import wait_until
 
 GATE_SEND = """
 rules:

@@ -18,6 +18,8 @@ import httpx
 import openai
 import pytest
 
+from harness.llm_provider import FakeProvider, openai_client
+from harness.polling import wait_until
 from rebuno import (
     Client,
     ConflictError,
@@ -32,8 +34,6 @@ from rebuno.kernel.server import serve
 from rebuno.types import Approval, Event, ExecutionStatus
 from tests.sdk.conftest import Harness
 from tests.sdk.loopback import serving
-from tests.sdk.provider import FakeProvider, openai_client
-from tests.support import wait_until
 
 NO_SHELL = """
 default_action: allow

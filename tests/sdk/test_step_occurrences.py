@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from itertools import count
 
+from harness.polling import wait_until
 from rebuno import ToolError, step, tool
 from rebuno.types import ExecutionStatus
 from tests.sdk.conftest import Harness
 from tests.sdk.test_agent import APPROVE_SEND
-from tests.support import wait_until
 
 
 async def test_identical_steps_at_once_replay_to_the_same_calls(harness: Harness) -> None:

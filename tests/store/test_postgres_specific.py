@@ -21,6 +21,7 @@ import orjson
 import psycopg
 import pytest
 
+from harness.polling import wait_until
 from rebuno.kernel.domain.errors import Unavailable
 from rebuno.kernel.domain.records import Lease
 from rebuno.kernel.store.base import Stale, Unchanged
@@ -38,7 +39,7 @@ from tests.store.builders import (
     seed_in_flight,
     step_id_for,
 )
-from tests.support import START, wait_until
+from tests.support import START
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import ROOT
+from harness.processes import ROOT
 
 pytestmark = pytest.mark.postgres
 

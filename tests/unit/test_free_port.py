@@ -1,4 +1,4 @@
-"""`tests.support.free_port`: the ports test servers listen on never come from the range the
+"""`harness.ports.free_port`: the ports test servers listen on never come from the range the
 operating system picks the source ports of outgoing connections from, so no connection can
 take one between the pick and the server's bind."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from tests.support import free_port
+from harness.ports import free_port
 
 
 def _ephemeral_range() -> range:

@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 import uvloop
 
+from harness.asgi import asgi_body
+from harness.polling import wait_until
 from rebuno._http import PARSERS, Pool, Response, Timeout, TransportError
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from rebuno.protocol import signing
 from rebuno.sdk._kernel import Completion, KernelClient, Lease, Report, encode_json
 from rebuno.sdk.errors import LeaseSuperseded, NetworkError
 from tests.sdk.loopback import serving
-from tests.support import asgi_body, wait_until
 
 SECRET = "wire-secret"
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}"

@@ -1,5 +1,6 @@
 """No test sleeps a fixed time to wait for something: it waits for a condition (the polls in
-tests/support.py are the one place that sleeps) or moves a manual clock. A zero sleep, which
+harness/polling.py are the one place that sleeps) or moves a manual clock. The harness the
+tests share with the chaos suite and the benchmark is held to the same rule. A zero sleep, which
 only yields to the event loop, is allowed where a comment on its line or the line above says
 why. Reads the suites' source; imports nothing from rebuno."""
 
@@ -11,7 +12,8 @@ import tokenize
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-POLLS = TESTS / "support.py"
+HARNESS = TESTS.parent / "harness"
+POLLS = HARNESS / "polling.py"
 
 
 def sleeps(source: str) -> list[tuple[int, bool]]:
@@ -52,7 +54,8 @@ def _is_zero(call: ast.Call) -> bool:
 
 
 def _suites() -> list[Path]:
-    return sorted(path for path in TESTS.rglob("*.py") if path != POLLS)
+    found = [*TESTS.rglob("*.py"), *HARNESS.rglob("*.py")]
+    return sorted(path for path in found if path != POLLS)
 
 
 def _where(path: Path, line: int) -> str:
@@ -96,7 +99,7 @@ def test_no_test_sleeps_a_fixed_time() -> None:
         if not zero
     ]
 
-    assert fixed == [], "wait with tests/support.py's wait_until or poll_until, or a manual clock"
+    assert fixed == [], "wait with harness.polling's wait_until or poll_until, or a manual clock"
 
 
 def test_each_yield_to_the_event_loop_says_why() -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from harness.asgi import asgi_lifespan
 from rebuno import execution, step, tool, wrap_tool
 from rebuno.mcp import flatten_result, wrap_mcp_tool, wrap_mcp_tools
 from rebuno.sdk._context import ExecutionContext
 from rebuno.sdk._kernel import KernelClient, Lease
 from tests.sdk.loopback import serving
-from tests.support import asgi_lifespan
 
 
 @tool

@@ -3,7 +3,7 @@ the kernel's webhook deliveries to agents. Everything else speaks HTTP through h
 
 The package is private and fenced: an import contract in pyproject.toml ("only the hot paths
 use the lean HTTP client") names the only modules that may import it, `rebuno.sdk._wire`,
-`rebuno.sdk._kernel`, `rebuno.sdk.client` and `rebuno.kernel.dispatcher.delivery`, and
+`rebuno.sdk._kernel`, `rebuno.sdk.client` and `rebuno.kernel.webhooks.delivery`, and
 another keeps it free of httpx and of the rest of rebuno, so that both the kernel and the SDK
 can use it. `codec.py` turns one exchange into bytes and back; `pool.py` owns the connections.
 

@@ -1,4 +1,5 @@
-"""The composition root: settings to store, services, dispatcher, API and background loops.
+"""The composition root: settings to store, services, webhook delivery, the API with the
+console beside it, and background loops.
 
 The only module that names a concrete store backend. `serve` runs one replica until SIGINT or
 SIGTERM; `run` is its synchronous entry point on the fastest available event loop, and with
@@ -12,6 +13,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -35,9 +37,9 @@ from rebuno.kernel.config import (
     split_listen_addr,
     webhook_targets,
 )
-from rebuno.kernel.connection import http_protocol
-from rebuno.kernel.dispatcher.delivery import HttpDeliverer
+from rebuno.kernel.console.routes import ConsoleRoutes
 from rebuno.kernel.domain.errors import KernelError, ValidationFailed
+from rebuno.kernel.http_protocol import http_protocol
 from rebuno.kernel.manifest import load_manifest
 from rebuno.kernel.metrics import HttpMetrics
 from rebuno.kernel.service.context import Clock, utc_now
@@ -46,6 +48,7 @@ from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
 from rebuno.kernel.stream.postgres import PostgresBus
 from rebuno.kernel.tracing import Tracing, install_log_correlation
+from rebuno.kernel.webhooks.delivery import HttpDeliverer
 
 log = logging.getLogger("rebuno.kernel")
 GRACEFUL_SHUTDOWN_SECONDS = 10
@@ -162,7 +165,7 @@ async def serve(
         kernel.wake = dispatch_loop.wake
         if settings.config_file:
             await provision(kernel, settings.config_file)
-        app = HttpMetrics(tracing.asgi(create_app(kernel, settings)))
+        app = HttpMetrics(tracing.asgi(application(kernel, settings)))
         server = uvicorn.Server(_uvicorn_config(app, settings))
         jobs = _background(kernel, dispatch_loop, bus)
         if stop is not None:
@@ -178,6 +181,12 @@ async def serve(
         await deliverer.close()
         await store.close()
         await asyncio.to_thread(tracing.shutdown)
+
+
+def application(kernel: Kernel, settings: Settings) -> ASGIApp:
+    """The app a replica serves: the API, with the console's pages (§40) beside it on the
+    API's authentication."""
+    return create_app(kernel, settings, functools.partial(ConsoleRoutes, settings))
 
 
 def _settle_heap() -> None:

@@ -7,7 +7,7 @@ two places also open a span: one per API request (joining a caller's W3C `tracep
 one per delivery attempt, exported over OTLP gRPC. OpenTelemetry (the `otel` extra) is
 imported only then; without it the flag is a clear start-up error.
 
-Must not import the services, the API, the dispatcher or a store.
+Must not import the services, the API, `kernel.webhooks` or a store.
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
 """The route table: `create_app` wires every route group to one `Kernel`.
 
 The app has no lifespan of its own; the server owns start-up and shutdown. Requests reach
-their route through `DirectRoutes`, and Starlette answers what it does not find. Must not
-import a store backend or the dispatcher.
+their route through `DirectRoutes`, and Starlette answers what it does not find. Routes served
+beside the API behind the same authentication (the console's, §40) are handed in by the server
+as `Beside`, so this package never imports the console. Must not import a store backend,
+`kernel.webhooks` or the console.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,11 +31,22 @@ from rebuno.kernel.api.routes.steps import StepRoutes
 from rebuno.kernel.api.routes.stream import StreamRoutes
 from rebuno.kernel.api.routing import DirectRoutes, MethodRoute
 from rebuno.kernel.config import Settings
-from rebuno.kernel.console.routes import ConsoleRoutes
 from rebuno.kernel.service.kernel import Kernel
 
 
-def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
+class RouteGroup(Protocol):
+    """What hands out routes, as each group under `routes/` does."""
+
+    def routes(self) -> list[BaseRoute]: ...
+
+
+Beside = Callable[[Authenticator, Gate], RouteGroup]
+"""A route group another package serves beside the API's, built on the API's authentication
+(its `Authenticator` and `Gate`)."""
+
+
+def create_app(kernel: Kernel, settings: Settings, beside: Beside | None = None) -> ASGIApp:
+    """The API's routes on `kernel`, then the routes of `beside`, if any."""
     authenticator = Authenticator(
         settings, kernel.agent_secret, kernel.clock, kernel.verify_api_key
     )
@@ -46,8 +62,9 @@ def create_app(kernel: Kernel, settings: Settings) -> ASGIApp:
         *ApiKeyRoutes(kernel, gate).routes(),
         *OperationalRoutes(kernel, gate).routes(),
         *ActivityRoutes(kernel, gate, settings.sse_keepalive).routes(),
-        *ConsoleRoutes(settings, authenticator, gate).routes(),
     ]
+    if beside is not None:
+        routes += beside(authenticator, gate).routes()
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_exception_handler})
     # A trailing-slash redirect would be a 3xx, which SDK 0.29.2 treats as an error anyway.
     app.router.redirect_slashes = False

@@ -5,7 +5,7 @@ Every route enters through a handler `Gate` made for it, which declares its acce
 caller is authenticated and its scopes checked before the body is read, an agent's known id
 too, and its signature once the body is in. Bearer tokens, key tokens and agent secrets are
 compared in constant time and are never logged or echoed. Must not import a store backend or
-the dispatcher.
+`kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The cap (§3.3) is enforced from `Content-Length` before anything is read and again while a
 chunked body streams in, before any signature is checked. Bodies are parsed with the
 literal-preserving decoder, and JSON fields handed to the service are canonical text.
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

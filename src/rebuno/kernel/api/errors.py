@@ -2,7 +2,7 @@
 
 A `KernelError` becomes `{"code", "message", "details"?}` with the status its code maps to;
 anything else becomes a 500 `internal_error` whose traceback is logged and whose text is never
-sent. Must not import a store backend or the dispatcher.
+sent. Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

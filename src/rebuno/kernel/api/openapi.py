@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the HTTP API: `openapi.yaml` beside this module, served as JSON.
 
 The YAML file is the one source; it is read and encoded once, on first use. Must not import
-a store backend or the dispatcher.
+a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Path ids, query parameters and lease headers, parsed as §3.3 and §5 say.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Every handler declares who may call it (§34.2): `route` takes only `Handler`s, 
 their `Access` beside the endpoint, and the route keeps each method's access for the tests
 and the documents to read. `Gate` (in `auth.py`) makes the handlers.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 JSON values the store keeps as text (`input`, `args`, `result`, event payloads, ...) go out
 through `orjson.Fragment`, so their number literals are never rounded. Lists are always
-arrays. Must not import a store backend or the dispatcher.
+arrays. Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

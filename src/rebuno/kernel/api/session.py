@@ -3,7 +3,7 @@ token a state-changing request authenticated by that cookie must repeat in a hea
 
 The CSRF token is `<nonce>.<mac>`, the MAC keyed by the session's own token, so it is
 fresh for each sign-in, holds on every replica without shared state, and cannot be made
-by anyone who does not hold the token. Must not import a store backend or the dispatcher.
+by anyone who does not hold the token. Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

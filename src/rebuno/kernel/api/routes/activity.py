@@ -1,7 +1,7 @@
 """`GET /v0/activity` (§40.5, bearer): a server-sent-event feed of the executions that
 change, as they are after each change, for live status badges.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (§36) and the announcement of a restarted instance (`agent-instances`).
 
 The secret goes in with a registration and never comes back out. Must not import a store
-backend or the dispatcher.
+backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A token leaves the kernel only in the answer to its creation or rotation, with
 `Cache-Control: no-store`; lists never carry a token or a hash. Must not import a store
-backend or the dispatcher.
+backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

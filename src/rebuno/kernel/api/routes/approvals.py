@@ -1,6 +1,6 @@
 """Approval routes (§5.3, bearer): list, read, grant and deny.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

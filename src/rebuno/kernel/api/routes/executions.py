@@ -1,7 +1,7 @@
 """Execution routes: create, list, read, events, cancel (bearer), and the agent's heartbeat,
 complete and fail (HMAC with a lease), §5.1 and §5.2.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

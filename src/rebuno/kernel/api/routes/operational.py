@@ -1,7 +1,7 @@
 """Unauthenticated operational routes (§5.4): liveness, readiness, metrics, and the API's
 OpenAPI document.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 of recorded executions, without writing anything; and `POST /v0/policies/{agent_id}/check`
 (§40.6): validate a bundle, describe its rules and try it against one step, without saving.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

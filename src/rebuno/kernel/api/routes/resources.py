@@ -1,7 +1,7 @@
 """Resource routes (§33): register, bind and publish checkpoints (HMAC with a lease). The
 coverage read is `GET …/fork-points`, an execution route.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Step routes (§5.2): list and read (bearer or HMAC), submit, complete and fail (HMAC with
 a lease). Submissions are validated here and handed on as canonical `StepRequest`s.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Live step deltas (§16): the agent's producer route and the client's SSE consumer route.
 
-Must not import a store backend or the dispatcher.
+Must not import a store backend or `kernel.webhooks`.
 """
 
 from __future__ import annotations

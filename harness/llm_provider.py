@@ -12,8 +12,8 @@ from typing import Any
 
 import openai
 
+from harness.asgi import asgi_body, asgi_lifespan
 from rebuno import http_client
-from tests.support import asgi_body, asgi_lifespan
 
 
 def openai_client(base_url: str) -> openai.AsyncOpenAI:

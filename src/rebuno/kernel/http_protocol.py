@@ -7,7 +7,7 @@ written during one turn of the event loop and sends it in one call as soon as th
 so a whole small response leaves together. Bytes and their order are unchanged; only the
 number of sends is.
 
-Must not import the services, the API, the dispatcher or a store.
+Must not import the services, the API, `kernel.webhooks` or a store.
 """
 
 from __future__ import annotations

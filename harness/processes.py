@@ -1,26 +1,27 @@
-"""Real processes for end-to-end tests: kernels (`rebuno dev`, `rebuno server`) and agents,
-on loopback.
+"""Real processes on loopback: kernels (`rebuno dev`, `rebuno server`) and any other child a
+test, a chaos scenario or a benchmark starts (an agent, a worker).
 
-Processes are killed with SIGKILL to simulate crashes; every wait is bounded and polled.
+Each child runs in its own session, so a SIGKILL takes down all it started, exactly like a
+crash; every wait is bounded and polled.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
 import sys
-import venv
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.support import free_port, poll_until
+from harness.polling import poll_until
+from harness.ports import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root."""
 # Short leases and quick retries, so a crash is recovered from in about a second; enough
 # attempts that a restarted agent on a loaded machine is up before the retries run out.
 FAST_RECOVERY = {
@@ -29,22 +30,31 @@ FAST_RECOVERY = {
     "REBUNO_DISPATCH_BACKOFF_MAX": "500ms",
     "REBUNO_DISPATCH_MAX_ATTEMPTS": "40",
 }
-COMPAT_ROOT = Path(os.environ.get("REBUNO_COMPAT_DIR", ROOT / ".cache" / "compat"))
 
 
 class Process:
-    """A child process whose output goes to a log file kept for failure messages."""
+    """A child process whose output goes to a log file kept for failure messages; its
+    environment is this process's with `env` on top (see `environment`)."""
 
-    def __init__(self, args: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.log = log
         self._out = log.open("ab")
         self.proc = subprocess.Popen(
-            args,
+            list(args),
+            stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env=self.environment(env),
             start_new_session=True,
         )
+
+    @staticmethod
+    def environment(env: Mapping[str, str] | None) -> dict[str, str]:
+        """The child's whole environment; a subclass that must not inherit settings from
+        this process's environment overrides it."""
+        return {**os.environ, **(env or {})}
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -96,18 +106,10 @@ class Kernel(Process):
         args += ["--listen-addr", f"127.0.0.1:{self.port}", *options]
         super().__init__(args, log, env)
         try:
-            poll_until(self._healthy, 20, f"the kernel on {self.url}\n{self.output()}")
+            wait_healthy(self.url, self)
         except BaseException:
             self.kill()  # never left running behind a failed start
             raise
-
-    def _healthy(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"kernel exited early:\n{self.output()}")
-        try:
-            return httpx.get(f"{self.url}/v0/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def get(self, path: str) -> Any:
         """The JSON answer to `GET path`."""
@@ -172,47 +174,16 @@ class Server(Kernel):
         return httpx.get(f"{self.url}/v0/ready", timeout=5).status_code
 
 
-def dev_or_replicas(
-    mode: str, directory: Path, manifest: Path, token: str, postgres_url: Callable[[], str]
-) -> list[Kernel]:
-    """The kernels of a test that runs on both: `dev`, one `rebuno dev` on SQLite; otherwise
-    two `rebuno server` replicas on the database `postgres_url()` makes. Both recover fast."""
-    if mode == "dev":
-        log = directory / "kernel.log"
-        return [Kernel(directory / "kernel.db", manifest, log, env=FAST_RECOVERY)]
-    url = postgres_url()
-    replicas: list[Kernel] = []
-    try:
-        for i in range(2):
-            log = directory / f"replica-{i}.log"
-            replicas.append(Server(url, token, log, manifest=manifest, env=FAST_RECOVERY))
-    except BaseException:
-        # A replica left running would keep claiming dispatches in the database, which the
-        # next test of this worker gets emptied (tests/pgfixtures.py).
-        for replica in replicas:
-            replica.kill()
-        raise
-    return replicas
+def wait_healthy(url: str, process: Process | None = None, timeout: float = 20) -> None:
+    """Returns once the kernel at `url` answers `GET /v0/health`; fails at once when
+    `process`, the kernel's, exits first."""
 
+    def healthy() -> bool:
+        if process is not None and process.proc.poll() is not None:
+            raise AssertionError(f"the kernel exited early:\n{process.output()}")
+        try:
+            return httpx.get(f"{url}/v0/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
 
-def official_sdk_python(version: str) -> Path:
-    """The interpreter of a virtual environment holding the official SDK `rebuno==version`,
-    created on first use (from the package registry) and reused afterwards."""
-    home = COMPAT_ROOT / f"rebuno-{version}"
-    python = home / "bin" / "python"
-    marker = home / ".installed"
-    if marker.exists():
-        return python
-    COMPAT_ROOT.mkdir(parents=True, exist_ok=True)
-    # Test workers run side by side: the first to get here builds it, the others wait.
-    with (COMPAT_ROOT / f"rebuno-{version}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.exists():
-            venv.create(home, with_pip=True, clear=True)
-            subprocess.run(
-                [str(python), "-m", "pip", "install", "--quiet", f"rebuno=={version}"],
-                check=True,
-                timeout=600,
-            )
-            marker.touch()
-    return python
+    poll_until(healthy, timeout, f"the kernel on {url}")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rebuno.kernel.connection import CoalescedWrites
+from rebuno.kernel.http_protocol import CoalescedWrites
 
 
 @pytest.fixture

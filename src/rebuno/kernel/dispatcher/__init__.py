@@ -1,1 +1,0 @@
-"""Outbound delivery of webhooks to agents. Knows HTTP, not the store or the use cases."""
