@@ -118,7 +118,7 @@ async def test_the_list_filters_by_id_prefix_and_creation_time(
 
     by_prefix = await client.get("/v0/executions", params={"id_prefix": target.id[:36]})
     after = await client.get(
-        "/v0/executions", params={"created_after": target.created_at.isoformat()}
+        "/v0/executions", params={"created_after": target.origin.created_at.isoformat()}
     )
     before = await client.get(
         "/v0/executions", params={"created_before": "2000-01-01T00:00:00+00:00"}
@@ -127,8 +127,10 @@ async def test_the_list_filters_by_id_prefix_and_creation_time(
     assert [one["id"] for one in by_prefix.json()["executions"]] == [target.id]
     assert target.id in listed(after) and made[2].id in listed(after)
     # Ids carry milliseconds: everything listed was created in or after target's millisecond.
-    floor = target.created_at.replace(microsecond=target.created_at.microsecond // 1000 * 1000)
-    assert all(one.created_at >= floor for one in made if one.id in listed(after))
+    floor = target.origin.created_at.replace(
+        microsecond=target.origin.created_at.microsecond // 1000 * 1000
+    )
+    assert all(one.origin.created_at >= floor for one in made if one.id in listed(after))
     assert before.json()["executions"] == []
 
 

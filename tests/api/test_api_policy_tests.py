@@ -16,7 +16,7 @@ from rebuno.kernel.domain.decision import StepRequest
 from rebuno.kernel.domain.identity import policy_hash
 from rebuno.kernel.domain.principal import BOOTSTRAP
 from rebuno.kernel.domain.records import Execution, Lease
-from rebuno.kernel.service.executions import Origin
+from rebuno.kernel.service.executions import Labels
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.canonical import args_hash, canonical_args
 from rebuno.protocol.enums import Decision, Idempotency, StepKind
@@ -365,7 +365,7 @@ async def test_executions_of_one_session_and_since_a_time_are_replayed(
     await kernel.set_policy(AGENT, ALLOW_ALL)
     made: dict[str, str] = {}
     for target, session in (("old", "s1"), ("other", "s2"), ("new", "s1")):
-        execution = await kernel.create_execution(AGENT, "{}", None, Origin(session=session))
+        execution = await kernel.create_execution(AGENT, "{}", None, Labels(session=session))
         lease = await run_steps(kernel, execution, step(target, {}))
         await kernel.complete_execution(execution.id, AGENT, lease, "null")
         made[target] = execution.id

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 from harness.polling import wait_until
 from rebuno.kernel import background
 from rebuno.kernel.metrics import HttpMetrics
-from rebuno.kernel.service.executions import Origin
+from rebuno.kernel.service.executions import Labels
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from tests.api.harness import AGENT, BASE_URL, SECRET, TOKEN, AgentClient, claim
@@ -391,7 +391,7 @@ async def test_racing_idempotent_creates_count_one_created_execution(
 
     made = await asyncio.gather(
         *(
-            kernel.create_execution(AGENT, "{}", None, Origin(idempotency_key="once"))
+            kernel.create_execution(AGENT, "{}", None, Labels(idempotency_key="once"))
             for _ in range(10)
         )
     )

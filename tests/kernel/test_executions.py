@@ -73,7 +73,7 @@ async def test_deadline_cancels_overdue_executions(
 ) -> None:
     kernel.settings = replace(kernel.settings, deadline_timeout=timedelta(minutes=1))
     late = await kernel.create_execution(AGENT, "null", None)
-    assert late.deadline_at is not None
+    assert late.origin.deadline_at is not None
     clock.advance(timedelta(minutes=2))
 
     assert await background.cancel_overdue(kernel) == 1

@@ -233,4 +233,4 @@ async def test_a_first_run_with_a_long_input_is_not_held_and_ends_the_ordinary_w
     assert counts.transactions == {"locked": 1}
 
     done = await kernel.get_execution(execution.id)
-    assert (done.status, done.input) == (ExecutionStatus.COMPLETED, long_input)
+    assert (done.status, done.origin.input) == (ExecutionStatus.COMPLETED, long_input)

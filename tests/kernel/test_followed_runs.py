@@ -16,7 +16,7 @@ from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.decision import StepDecision, StepOutcome, StepRequest
 from rebuno.kernel.domain.errors import LeaseSuperseded
 from rebuno.kernel.domain.records import Lease
-from rebuno.kernel.service.executions import Origin
+from rebuno.kernel.service.executions import Labels
 from rebuno.kernel.service.forks import ForkRequest
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
@@ -317,7 +317,7 @@ async def test_a_sub_agent_started_meanwhile_is_cancelled_with_its_parent(kernel
     run = await followed(kernel)
     tool = await submit(run, 1)
     child = await kernel.create_execution(
-        AGENT, "null", None, Origin(spawned_by=(run.execution_id, tool.step_id or ""))
+        AGENT, "null", None, Labels(spawned_by=(run.execution_id, tool.step_id or ""))
     )
 
     await kernel.fail_execution(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rebuno.kernel.domain.errors import Conflict
-from rebuno.kernel.service.executions import Origin
+from rebuno.kernel.service.executions import Labels
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.protocol.enums import Decision, StepKind
 from tests.kernel.conftest import AGENT, Run, claim, request
@@ -18,8 +18,8 @@ USAGE = '{"status":200,"body":"{\\"usage\\":{\\"prompt_tokens\\":80,\\"completio
 
 
 async def test_a_second_admitted_live_execution_of_a_session_is_refused(kernel: Kernel) -> None:
-    holder = await kernel.create_execution(AGENT, "null", None, Origin(session="s"))
-    waiter = await kernel.create_execution(AGENT, "null", None, Origin(session="s"))
+    holder = await kernel.create_execution(AGENT, "null", None, Labels(session="s"))
+    waiter = await kernel.create_execution(AGENT, "null", None, Labels(session="s"))
     assert holder.admitted_at is not None and waiter.admitted_at is None
 
     # Past the service, as a faulty writer would: the partial unique index refuses it.
@@ -36,7 +36,7 @@ async def test_a_sub_agents_tokens_do_not_count_toward_its_parents_budget(
     await kernel.set_policy(AGENT, BUDGET)
     tool = await run.submit(request("delegate", '{"task": 1}'))
     child = await kernel.create_execution(
-        AGENT, "null", None, Origin(spawned_by=(run.execution_id, tool.step_id or ""))
+        AGENT, "null", None, Labels(spawned_by=(run.execution_id, tool.step_id or ""))
     )
     worker = Run(kernel, child.id, await claim(kernel, child.id))
     llm = request("gpt-4o", '{"n": 1}', kind=StepKind.LLM_CALL)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rebuno.kernel.domain.decision import StepOutcome, StepRecord
-from rebuno.kernel.domain.records import Agent, Dispatch, Execution
+from rebuno.kernel.domain.records import Agent, Dispatch, Execution, Origin
 from rebuno.kernel.service.dispatches import offered
 from rebuno.kernel.service.recording import wanted_by
 from rebuno.kernel.store.base import ClaimedDispatch, StepKey
@@ -123,7 +123,7 @@ def _claimed(status: ExecutionStatus, bundle: str | None) -> ClaimedDispatch:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     dispatch = Dispatch("d", "e", DispatchStatus.IN_FLIGHT, 1, 5, now, "r", now, now, now)
     agent = Agent(AGENT, "http://127.0.0.1:9/", "s", bundle, None, now)
-    execution = Execution("e", AGENT, None, "null", status, None, None, now, now, None, 2)
+    execution = Execution("e", AGENT, Origin(None, "null", now, None), status, None, None, now, 2)
     return ClaimedDispatch(dispatch, execution, agent)
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 from rebuno.kernel.domain import identity
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Step
+from rebuno.kernel.domain.records import Agent, Approval, Dispatch, Event, Execution, Origin, Step
 from rebuno.kernel.store.base import Stale, StepKey, Store, Unchanged
 from rebuno.protocol.enums import (
     ApprovalStatus,
@@ -49,21 +49,23 @@ def agent(agent_id: str = "agent-1", **changes: Any) -> Agent:
     return replace(base, **changes)
 
 
+ORIGIN_FIELDS = frozenset(f.name for f in fields(Origin))
+
+
 def execution(agent_id: str = "agent-1", **changes: Any) -> Execution:
+    """A running execution; `changes` may name fields of its record or of its origin."""
+    origin = Origin(agent_version=None, input='{"q":"hello"}', created_at=START, deadline_at=None)
     base = Execution(
         id=new_id(),
         agent_id=agent_id,
-        agent_version=None,
-        input='{"q":"hello"}',
+        origin=replace(origin, **{k: v for k, v in changes.items() if k in ORIGIN_FIELDS}),
         status=ExecutionStatus.RUNNING,
         output=None,
         failure_reason=None,
-        created_at=START,
         updated_at=START,
-        deadline_at=None,
         last_event_seq=0,
     )
-    return replace(base, **changes)
+    return replace(base, **{k: v for k, v in changes.items() if k not in ORIGIN_FIELDS})
 
 
 def event(execution_id: str, seq: int, **changes: Any) -> Event:

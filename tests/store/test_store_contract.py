@@ -42,7 +42,7 @@ async def test_execution_round_trips_with_raw_json_text_unchanged(store: Store) 
     loaded = await store.get_execution(created.id)
 
     assert loaded == created
-    assert loaded.input == RAW
+    assert loaded.origin.input == RAW
 
 
 async def test_timestamps_keep_microseconds_and_come_back_aware_utc(store: Store) -> None:
@@ -51,8 +51,8 @@ async def test_timestamps_keep_microseconds_and_come_back_aware_utc(store: Store
 
     loaded = await store.get_execution(created.id)
 
-    assert loaded.created_at == moment
-    assert loaded.created_at.utcoffset() == timedelta(0)
+    assert loaded.origin.created_at == moment
+    assert loaded.origin.created_at.utcoffset() == timedelta(0)
 
 
 async def test_unknown_execution_is_not_found_with_its_id(store: Store) -> None:

@@ -33,7 +33,7 @@ from rebuno.kernel.domain import step as steps
 from rebuno.kernel.domain.decision import StepDecision, StepRequest
 from rebuno.kernel.domain.errors import Forbidden, LeaseSuperseded
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Execution, Lease, RawJson, Step
+from rebuno.kernel.domain.records import Execution, Lease, Origin, RawJson, Step
 from rebuno.kernel.policy.engine import ApprovalConfig, Budget, PolicyResult, RateLimit
 from rebuno.protocol.enums import (
     Decision,
@@ -84,14 +84,11 @@ def execution(status: ExecutionStatus = ExecutionStatus.RUNNING) -> Execution:
     return Execution(
         id=EXECUTION_ID,
         agent_id=AGENT,
-        agent_version=None,
-        input="{}",
+        origin=Origin(agent_version=None, input="{}", created_at=START, deadline_at=None),
         status=status,
         output=None,
         failure_reason=None,
-        created_at=START,
         updated_at=START,
-        deadline_at=None,
         last_event_seq=LAST_SEQ,
     )
 

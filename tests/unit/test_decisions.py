@@ -42,6 +42,7 @@ from rebuno.kernel.domain.records import (
     Dispatch,
     Execution,
     Lease,
+    Origin,
     Step,
     replace,
 )
@@ -69,14 +70,11 @@ def execution(status: ExecutionStatus = ExecutionStatus.RUNNING, **extra: Any) -
     record = Execution(
         id="execution-1",
         agent_id=AGENT,
-        agent_version=None,
-        input="{}",
+        origin=Origin(agent_version=None, input="{}", created_at=START, deadline_at=None),
         status=status,
         output=None,
         failure_reason=None,
-        created_at=START,
         updated_at=START,
-        deadline_at=None,
         last_event_seq=LAST_SEQ,
     )
     return replace(record, **extra)

@@ -22,10 +22,11 @@ from rebuno.kernel.domain.records import (
     Checkpoint,
     Event,
     Execution,
+    RawJson,
     Resource,
     Step,
 )
-from rebuno.kernel.store.base import Page
+from rebuno.kernel.store.base import Omitted, Page
 from rebuno.protocol.times import format_timestamp
 
 JSON_MEDIA_TYPE = "application/json; charset=utf-8"
@@ -55,43 +56,50 @@ def _number(value: float) -> float | int:
     return int(number) if number.is_integer() else number
 
 
-def render_execution(execution: Execution) -> dict[str, Any]:
+def render_execution(
+    execution: Execution, restoration: RawJson | None = None, omitted: Omitted = ()
+) -> dict[str, Any]:
+    """§4.1; `restoration`: what a fork restored, shown where it is answered on its own
+    (§33.8.2); `omitted`: the payloads a list page left out (§5.1)."""
     body: dict[str, Any] = {"id": execution.id, "agent_id": execution.agent_id}
-    _set(body, "agent_version", execution.agent_version)
-    body["input"] = orjson.Fragment(execution.input)
+    _set(body, "agent_version", execution.origin.agent_version)
+    body["input"] = orjson.Fragment(execution.origin.input)
     body["status"] = execution.status.value
     _set(body, "output", _raw(execution.output))
     _set(body, "failure_reason", execution.failure_reason)
-    body["created_at"] = format_timestamp(execution.created_at)
+    body["created_at"] = format_timestamp(execution.origin.created_at)
     body["updated_at"] = format_timestamp(execution.updated_at)
-    if execution.deadline_at is not None:
-        body["deadline_at"] = format_timestamp(execution.deadline_at)
+    if execution.origin.deadline_at is not None:
+        body["deadline_at"] = format_timestamp(execution.origin.deadline_at)
     # §28.1: omitted when none, never null.
-    _set(body, "idempotency_key", execution.idempotency_key)
+    _set(body, "idempotency_key", execution.origin.idempotency_key)
     _set(body, "parent_execution_id", execution.parent_execution_id)
-    body["created_by"] = execution.created_by
-    _set(body, "on_behalf_of", execution.on_behalf_of)
+    body["created_by"] = execution.origin.created_by
+    _set(body, "on_behalf_of", execution.origin.on_behalf_of)
     body["subject_groups"] = []
-    _set(body, "session", execution.session)
+    _set(body, "session", execution.origin.session)
     # A waiter of a session shows none; one admitted on create (rows older than the field
     # included) was admitted when it was created.
     admitted = execution.admitted_at
-    if admitted is None and execution.session is None:
-        admitted = execution.created_at
+    if admitted is None and execution.origin.session is None:
+        admitted = execution.origin.created_at
     if admitted is not None:
         body["admitted_at"] = format_timestamp(admitted)
     _set(body, "spawned_by", spawned_by(execution))
-    _set(body, "forked_from", execution.forked_from)
-    _set(body, "fork_seq", execution.fork_seq)
-    _set(body, "restoration", _raw(execution.restoration))
-    if execution.omitted:
+    _set(body, "forked_from", execution.origin.forked_from)
+    _set(body, "fork_seq", execution.origin.fork_seq)
+    _set(body, "restoration", _raw(restoration))
+    if omitted:
         # A list page left these out; `GET /v0/executions/{id}` carries them (§5.1).
-        body["omitted"] = dict(execution.omitted)
+        body["omitted"] = dict(omitted)
     return body
 
 
 def render_execution_page(page: Page[Execution]) -> dict[str, Any]:
-    body: dict[str, Any] = {"executions": [render_execution(e) for e in page.items]}
+    omitted = page.omitted
+    body: dict[str, Any] = {
+        "executions": [render_execution(e, omitted=omitted.get(e.id, ())) for e in page.items]
+    }
     _set(body, "next_cursor", page.next_cursor)
     return body
 

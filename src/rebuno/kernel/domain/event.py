@@ -60,8 +60,8 @@ class EventBatch:
     def execution(self, event_type: EventType, execution: Execution, **extra: Any) -> None:
         """An `execution.*` event; it names the execution's session when it has one (§24.7)."""
         fields = {"execution_id": execution.id, "status": execution.status.value, **extra}
-        if execution.session is not None:
-            fields["session"] = execution.session
+        if execution.origin.session is not None:
+            fields["session"] = execution.origin.session
         self.add(event_type, fields)
 
     def step(

@@ -6,11 +6,10 @@ Must not import anything outside `rebuno.protocol` and the domain.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from rebuno.kernel.domain.errors import ExecutionTerminal, Forbidden
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Execution, RawJson, replace
+from rebuno.kernel.domain.records import Execution, Origin, RawJson, replace
 from rebuno.protocol.enums import ExecutionStatus
 from rebuno.protocol.events import EventType
 
@@ -60,28 +59,29 @@ def transition(
 def pending(
     execution_id: str,
     agent_id: str,
-    agent_version: str | None,
-    input: RawJson,
-    now: datetime,
-    deadline: timedelta | None,
-    **origin: Any,
+    origin: Origin,
+    *,
+    parent_execution_id: str | None = None,
+    admitted_at: datetime | None = None,
 ) -> Execution:
-    """A new execution, `pending`, its deadline counted from now; `origin` are the fields of
-    where it comes from (§24-§27)."""
+    """A new execution, `pending`, as `origin` creates it (§5.1)."""
     return Execution(
         id=execution_id,
         agent_id=agent_id,
-        agent_version=agent_version or None,
-        input=input,
+        origin=origin,
         status=ExecutionStatus.PENDING,
         output=None,
         failure_reason=None,
-        created_at=now,
-        updated_at=now,
-        deadline_at=now + deadline if deadline else None,
+        updated_at=origin.created_at,
         last_event_seq=0,
-        **origin,
+        parent_execution_id=parent_execution_id,
+        admitted_at=admitted_at,
     )
+
+
+def deadline_after(now: datetime, deadline: timedelta | None) -> datetime | None:
+    """When an execution created `now` is past its deadline (§17); None without one."""
+    return now + deadline if deadline else None
 
 
 def check_owner(execution: Execution, agent_id: str | None) -> None:
@@ -104,9 +104,10 @@ def mark_started(execution: Execution, batch: EventBatch) -> Execution:
 
 def spawned_by(execution: Execution) -> dict[str, str] | None:
     """The `spawned_by` member of a sub-agent's representation and `execution.created`."""
-    if execution.spawned_by_execution_id is None or execution.spawned_by_step_id is None:
+    origin = execution.origin
+    if origin.spawned_by_execution_id is None or origin.spawned_by_step_id is None:
         return None
     return {
-        "execution_id": execution.spawned_by_execution_id,
-        "step_id": execution.spawned_by_step_id,
+        "execution_id": origin.spawned_by_execution_id,
+        "step_id": origin.spawned_by_step_id,
     }

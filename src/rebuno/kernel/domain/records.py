@@ -36,7 +36,7 @@ else:
         """`dataclasses.replace` for the frozen, slotted records of the kernel, at a third of
         its cost: it reads every field in one call and fills the copy's slots directly,
         without introspecting the class and running its `__init__` each time (an execution
-        has 23 fields, and a step is copied several times per submission). Any other
+        has 12 fields, and a step is copied several times per submission). Any other
         dataclass goes to `dataclasses.replace`."""
         plan = _COPY_PLANS.get(type(record))
         if plan is None:
@@ -99,49 +99,53 @@ class Agent:
 
 
 @dataclass(frozen=True, slots=True)
-class Execution:
-    id: str
-    agent_id: str
+class Origin:
+    """What an execution is created with (§5.1, §24-§28): fixed at its create, never written
+    again, and shared by reference by every record of it the kernel copies."""
+
     agent_version: str | None
     input: RawJson
-    status: ExecutionStatus
-    output: RawJson | None
-    failure_reason: str | None
     created_at: datetime
-    updated_at: datetime
     deadline_at: datetime | None
-    last_event_seq: int
-    """Highest `event_seq` written; the next event of this execution gets this + 1."""
-    # Its origin (§27): fixed at create, never written again.
     idempotency_key: str | None = None
-    parent_execution_id: str | None = None
     created_by: str = "unknown"
     """The principal of the create request; rows older than the field read `unknown`."""
     on_behalf_of: str | None = None
     session: str | None = None
     """The conversation it is a turn of (§24): one execution of a session runs at a time."""
-    admitted_at: datetime | None = None
-    """When it was let run: at create without a session, when its session had room with
-    one. None while it waits its turn (and for rows older than the field)."""
     spawned_by_execution_id: str | None = None
     """A sub-agent's parent (§25): the execution whose step started it, and that step."""
     spawned_by_step_id: str | None = None
     forked_from: str | None = None
     """A fork's source (§26), and the source's `event_seq` it was forked at."""
     fork_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """An execution as it is now: its `origin`, and the state its use cases move."""
+
+    id: str
+    agent_id: str
+    origin: Origin
+    status: ExecutionStatus
+    output: RawJson | None
+    failure_reason: str | None
+    updated_at: datetime
+    last_event_seq: int
+    """Highest `event_seq` written; the next event of this execution gets this + 1."""
+    parent_execution_id: str | None = None
+    """The execution it continues (§24.2): named at its create, or its session's last completed
+    turn, set when it is admitted (§24.4)."""
+    admitted_at: datetime | None = None
+    """When it was let run: at create without a session, when its session had room with
+    one. None while it waits its turn (and for rows older than the field)."""
     has_children: bool = False
     """A step of it started a sub-agent: its end must cascade (§25.6). Set by the child's
     create, under this execution's lock, so an end that has no children asks nothing."""
     has_resources: bool = False
     """A resource is registered in it (§33). Set with the first one, under this execution's
     lock, so a step of an execution without resources reads nothing more."""
-    omitted: tuple[tuple[str, int], ...] = ()
-    """On a list page only: the payloads left out (`input`, `output`), each with its size in
-    bytes; the record then holds `null` and None in their place (§5.1)."""
-    restoration: RawJson | None = None
-    """A fork's: what it restored of its source's resources (§33.8.2). Filled only where an
-    execution is answered on its own (its create, `GET`); lists and locked reads leave it
-    None."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ async def waiting(tx: Transaction, execution_id: str, children: list[Execution])
     """§25.3: a step awaits an approval, or an executing step awaits a live sub-agent."""
     if await tx.list_steps_with_status(execution_id, StepStatus.AWAITING_APPROVAL):
         return True
-    live = {c.spawned_by_step_id for c in children if not c.status.is_terminal}
+    live = {c.origin.spawned_by_step_id for c in children if not c.status.is_terminal}
     if not live:
         return False
     executing = await tx.list_steps_with_status(execution_id, StepStatus.EXECUTING)

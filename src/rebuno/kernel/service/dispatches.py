@@ -63,7 +63,7 @@ def offered(
         and claimed.execution_status is ExecutionStatus.PENDING
         and not claimed.agent.policy_bundle
         # A fork starts with recorded steps, and may carry a policy of its own (§26).
-        and claimed.execution.forked_from is None
+        and claimed.execution.origin.forked_from is None
     ):
         offers = (*offers, STEP_RECORDS)
     if step_occurrences:
@@ -75,7 +75,7 @@ def _carried(claimed: ClaimedDispatch) -> str | None:
     """The `Rebuno-Execution` value (`execution-input`) of this delivery, when its input is
     short enough to carry, with the status the agent would read: its acknowledgement starts a
     pending execution."""
-    text = claimed.execution.input
+    text = claimed.execution.origin.input
     # A character is at least a byte: a longer input is not encoded to find out.
     if len(text) > MAX_CARRIED_INPUT or len(text.encode()) > MAX_CARRIED_INPUT:
         return None
@@ -105,7 +105,7 @@ class DispatchUseCases(Context):
         # with the steps it copied (§26.2).
         if (
             claimed.execution_status is not ExecutionStatus.PENDING
-            or claimed.execution.forked_from is not None
+            or claimed.execution.origin.forked_from is not None
         ):
             await self._deliver(claimed, deliverer)
             return

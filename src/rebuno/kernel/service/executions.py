@@ -16,9 +16,9 @@ from rebuno.kernel.decision.ending import CLIENT_CANCELLED, EndRequest, complete
 from rebuno.kernel.domain.decision import Carried
 from rebuno.kernel.domain.errors import Conflict, NotFound, ValidationFailed, lease_superseded
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.execution import check_owner, mark_started, pending
+from rebuno.kernel.domain.execution import check_owner, deadline_after, mark_started, pending
 from rebuno.kernel.domain.principal import ANONYMOUS, Principal
-from rebuno.kernel.domain.records import Execution, Lease, RawJson, SeenRequest, replace
+from rebuno.kernel.domain.records import Execution, Lease, Origin, RawJson, SeenRequest, replace
 from rebuno.kernel.service import follow_ups
 from rebuno.kernel.service.context import Context, flush, new_id
 from rebuno.kernel.service.ending import finish_execution, lock_live
@@ -38,8 +38,9 @@ this much lease."""
 
 
 @dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a new execution comes from (§27): the labels its creator gave and who that is."""
+class Labels:
+    """Where a new execution comes from (§23, §27): the labels its creator gave and who that
+    is."""
 
     principal: Principal = ANONYMOUS
     """Who asked for it (§34.5): its id is the execution's `created_by`."""
@@ -60,27 +61,27 @@ class Created:
 
 class ExecutionUseCases(Context):
     async def create_execution(
-        self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin = Origin()
+        self, agent_id: str, input: RawJson, agent_version: str | None, labels: Labels = Labels()
     ) -> Execution:
         """`create`'s execution, whether this call made it or an earlier one."""
-        return (await self.create(agent_id, input, agent_version, origin)).execution
+        return (await self.create(agent_id, input, agent_version, labels)).execution
 
     async def create(
-        self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin = Origin()
+        self, agent_id: str, input: RawJson, agent_version: str | None, labels: Labels = Labels()
     ) -> Created:
         """§5.1, with §27.1: a create under an idempotency key the agent used before answers
         that execution as it is now, whatever else the request says; of racing creates under
         one key, the unique index lets one insert and the others answer it."""
-        if origin.spawned_by is not None and origin.idempotency_key is None:
+        if labels.spawned_by is not None and labels.idempotency_key is None:
             # A rerun of the step finds its child, even after the step settled.
-            origin = replace(origin, idempotency_key=origin.spawned_by[1])
-        key = origin.idempotency_key
+            labels = replace(labels, idempotency_key=labels.spawned_by[1])
+        key = labels.idempotency_key
         if key is not None:
             earlier = await self.store.find_execution(agent_id, key)
             if earlier is not None:
-                return Created(_same_spawn(earlier, origin), repeat=True)
+                return Created(_same_spawn(earlier, labels), repeat=True)
         try:
-            execution = await self._insert(agent_id, input, agent_version, origin)
+            execution = await self._insert(agent_id, input, agent_version, labels)
         except Conflict:
             if key is None:
                 raise
@@ -90,24 +91,24 @@ class ExecutionUseCases(Context):
                 earlier = await tx.find_execution(agent_id, key)
             if earlier is None:
                 raise
-            return Created(_same_spawn(earlier, origin), repeat=True)
+            return Created(_same_spawn(earlier, labels), repeat=True)
         announce(self, execution)
         return Created(execution, repeat=False)
 
     async def _insert(
-        self, agent_id: str, input: RawJson, agent_version: str | None, origin: Origin
+        self, agent_id: str, input: RawJson, agent_version: str | None, labels: Labels
     ) -> Execution:
         """The new execution, in one transaction with the checks of where it comes from;
         one without a session runs at once, one with a session when its turn comes
         (§24.3: first in, first admitted)."""
-        session = origin.session
+        session = labels.session
         async with self.transaction() as tx:
             if session is not None:
                 await tx.take_lock(session_lock(session))  # first: §24.3 lock order
-            on_behalf_of = await _check_origin(tx, agent_id, origin)
+            on_behalf_of = await _check_labels(tx, agent_id, labels)
             now = self.clock()
             execution = self._new_execution(
-                agent_id, input, agent_version, origin, on_behalf_of, now
+                agent_id, input, agent_version, labels, on_behalf_of, now
             )
             batch = EventBatch(execution, now)
             await record_new(tx, execution, batch)
@@ -122,26 +123,30 @@ class ExecutionUseCases(Context):
         agent_id: str,
         input: RawJson,
         agent_version: str | None,
-        origin: Origin,
+        labels: Labels,
         on_behalf_of: str | None,
         now: datetime,
     ) -> Execution:
-        spawner = origin.spawned_by
+        spawner = labels.spawned_by
+        origin = Origin(
+            agent_version=agent_version or None,
+            input=input,
+            created_at=now,
+            deadline_at=deadline_after(now, self.settings.deadline_timeout),
+            idempotency_key=labels.idempotency_key,
+            created_by=labels.principal.id,
+            on_behalf_of=on_behalf_of,
+            session=labels.session,
+            spawned_by_execution_id=spawner[0] if spawner else None,
+            spawned_by_step_id=spawner[1] if spawner else None,
+        )
+        admitted_at = None if labels.session is not None else now
         return pending(
             new_id(),
             agent_id,
-            agent_version,
-            input,
-            now,
-            self.settings.deadline_timeout,
-            idempotency_key=origin.idempotency_key,
-            parent_execution_id=origin.parent_execution_id,
-            created_by=origin.principal.id,
-            on_behalf_of=on_behalf_of,
-            session=origin.session,
-            admitted_at=None if origin.session is not None else now,
-            spawned_by_execution_id=spawner[0] if spawner else None,
-            spawned_by_step_id=spawner[1] if spawner else None,
+            origin,
+            parent_execution_id=labels.parent_execution_id,
+            admitted_at=admitted_at,
         )
 
     async def cancel_execution(self, execution_id: str) -> None:
@@ -231,35 +236,36 @@ class ExecutionUseCases(Context):
             return await finish_execution(tx, locked.execution, end.ending, now, carrying)
 
 
-async def _check_origin(tx: Transaction, agent_id: str, origin: Origin) -> str | None:
+async def _check_labels(tx: Transaction, agent_id: str, labels: Labels) -> str | None:
     """The checks of where a new execution comes from, under the locks they need (the
     session's, taken by the caller first; a parent's); returns whom it acts for."""
-    session = origin.session
-    branching = origin.parent_execution_id is not None
+    session = labels.session
+    branching = labels.parent_execution_id is not None
     if session is not None and branching and await tx.session_used(session):
         raise Conflict(
             f"session {session!r} has executions already: a branch from a "
             "parent starts a new session"
         )
-    on_behalf_of = origin.on_behalf_of
-    if origin.spawned_by is not None:
-        spawner = await check_spawn(tx, *origin.spawned_by, session)
-        on_behalf_of = on_behalf_of or spawner.on_behalf_of
+    on_behalf_of = labels.on_behalf_of
+    if labels.spawned_by is not None:
+        spawner = await check_spawn(tx, *labels.spawned_by, session)
+        on_behalf_of = on_behalf_of or spawner.origin.on_behalf_of
         if not spawner.has_children:
             await tx.mark_parent(spawner.id)
-    if origin.parent_execution_id is not None:
-        await _check_parent(tx, agent_id, origin.parent_execution_id)
+    if labels.parent_execution_id is not None:
+        await _check_parent(tx, agent_id, labels.parent_execution_id)
     return on_behalf_of
 
 
-def _same_spawn(earlier: Execution, origin: Origin) -> Execution:
+def _same_spawn(earlier: Execution, labels: Labels) -> Execution:
     """A repeat that names a step must find that step's child: a key shared with an
     execution another step (or no step) started would leave it waiting on nothing."""
-    if origin.spawned_by is not None and (
-        (earlier.spawned_by_execution_id, earlier.spawned_by_step_id) != origin.spawned_by
+    if labels.spawned_by is not None and (
+        (earlier.origin.spawned_by_execution_id, earlier.origin.spawned_by_step_id)
+        != labels.spawned_by
     ):
         raise Conflict(
-            f"idempotency key {origin.idempotency_key!r} names execution {earlier.id}, "
+            f"idempotency key {labels.idempotency_key!r} names execution {earlier.id}, "
             "which is not a sub-agent of that step"
         )
     return earlier
@@ -295,12 +301,12 @@ async def _check_ancestors(tx: Transaction, parent: Execution, session: str) -> 
     for _ in range(MAX_ANCESTORS):
         if ancestor is None:
             return
-        if ancestor.session == session:
+        if ancestor.origin.session == session:
             raise ValidationFailed(
                 f"validation error: session {session!r} is an ancestor's: a sub-agent "
                 "cannot wait for its own parent's turn"
             )
-        above = ancestor.spawned_by_execution_id
+        above = ancestor.origin.spawned_by_execution_id
         ancestor = None if above is None else await _maybe(tx, above)
 
 

@@ -32,9 +32,9 @@ async def follow_up(context: Context, record: Execution) -> None:
     """The follow-ups of the end `record` committed, in order; a failed one is logged and
     left to the sweep."""
     follow_ups: list[tuple[str, Awaitable[None]]] = []
-    if record.session is not None:
-        follow_ups.append(("release", release_session(context, record.session)))
-    if record.spawned_by_execution_id is not None:
+    if record.origin.session is not None:
+        follow_ups.append(("release", release_session(context, record.origin.session)))
+    if record.origin.spawned_by_execution_id is not None:
         follow_ups.append(("settlement", settle_child(context, record.id)))
     if record.has_children:
         follow_ups.append(("cascade", cascade(context, record.id)))
@@ -88,7 +88,7 @@ async def settle_child(context: Context, child_id: str) -> None:
     the parent resumes if nothing else holds it up. Nothing happens when the parent ended or
     is gone, or the step was settled some other way meanwhile."""
     child = await context.store.get_execution(child_id)
-    parent_id = child.spawned_by_execution_id
+    parent_id = child.origin.spawned_by_execution_id
     if parent_id is None or not child.status.is_terminal:
         return
     async with context.transaction(parent_id) as tx:
@@ -112,7 +112,8 @@ async def settle_step(
     """The parent's step takes the ended child's outcome, through the one way a step's
     outcome is recorded, and counts toward the parent's resources it affects (§33.6); False
     when the step no longer executes (settled already)."""
-    step = None if child.spawned_by_step_id is None else await tx.get_step(child.spawned_by_step_id)
+    step_id = child.origin.spawned_by_step_id
+    step = None if step_id is None else await tx.get_step(step_id)
     if step is None or step.status is not StepStatus.EXECUTING:
         return False
     if child.status is ExecutionStatus.COMPLETED:

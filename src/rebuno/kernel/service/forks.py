@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 from rebuno.kernel.domain.errors import Conflict, KernelError, ValidationFailed
 from rebuno.kernel.domain.event import EventBatch, Raw
-from rebuno.kernel.domain.execution import pending
+from rebuno.kernel.domain.execution import deadline_after, pending
 from rebuno.kernel.domain.identity import step_id
 from rebuno.kernel.domain.principal import ANONYMOUS, Principal
-from rebuno.kernel.domain.records import Checkpoint, Event, Execution, RawJson, Step
+from rebuno.kernel.domain.records import Checkpoint, Event, Execution, Origin, RawJson, Step
 from rebuno.kernel.domain.resource import Selection
 from rebuno.kernel.service import restoration
 from rebuno.kernel.service.context import Context, new_id
@@ -63,7 +63,7 @@ class ForkUseCases(Context):
             # Held against retention while the fork names it (§24.2), as a parent is.
             source = await tx.hold_execution(source_id)
             fork = self._new_fork(source, request)
-            batch = EventBatch(fork, fork.created_at)
+            batch = EventBatch(fork, fork.origin.created_at)
             await record_new(tx, fork, batch, bundle)
             batch.execution(
                 EventType.EXECUTION_FORKED,
@@ -79,21 +79,23 @@ class ForkUseCases(Context):
         return fork
 
     def _new_fork(self, source: Execution, request: ForkRequest) -> Execution:
+        """The fork as it is created: its source's agent, version, input and whom it acts
+        for, labelled as its source's fork (§26.2)."""
         now = self.clock()
-        return pending(
-            new_id(),
-            source.agent_id,
-            source.agent_version,
-            source.input,
-            now,
-            self.settings.deadline_timeout,
-            parent_execution_id=source.parent_execution_id,
+        origin = Origin(
+            agent_version=source.origin.agent_version,
+            input=source.origin.input,
+            created_at=now,
+            deadline_at=deadline_after(now, self.settings.deadline_timeout),
             created_by=request.principal.id,
-            on_behalf_of=source.on_behalf_of,
+            on_behalf_of=source.origin.on_behalf_of,
             session=request.session,
-            admitted_at=now,
             forked_from=source.id,
             fork_seq=request.at_seq,
+        )
+        parent = source.parent_execution_id
+        return pending(
+            new_id(), source.agent_id, origin, parent_execution_id=parent, admitted_at=now
         )
 
     async def _read_source(self, source_id: str, at_seq: int) -> _Source:
@@ -145,7 +147,7 @@ async def _copy(
         await tx.insert_step(step)
     if copy.restored is None:
         return fork
-    fork = replace(fork, has_resources=True, restoration=copy.restored)
+    fork = replace(fork, has_resources=True)
     await tx.mark_resources(fork.id)
     await tx.set_restoration(fork.id, copy.restored)
     await _keep_affected(tx, steps, copy.copied, copy.history)

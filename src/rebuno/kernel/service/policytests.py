@@ -112,7 +112,7 @@ class PolicyTestUseCases(Context):
             )
             page = await self.store.list_executions(flt)
             for execution in page.items:
-                if selected.since is not None and execution.created_at < selected.since:
+                if selected.since is not None and execution.origin.created_at < selected.since:
                     return found
                 found.append(execution)
             if page.next_cursor is None:

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from rebuno.kernel.domain.errors import NotFound
 from rebuno.kernel.domain.execution import check_owner
-from rebuno.kernel.domain.records import Event, Execution, RawJson, Step, replace
+from rebuno.kernel.domain.records import Event, Execution, RawJson, Step
 from rebuno.kernel.service.activity import Watcher
 from rebuno.kernel.service.context import Context, Wake
 from rebuno.kernel.store.base import ExecutionFilter, Page, Store
@@ -42,11 +42,12 @@ class QueryUseCases(Context):
         live = wait > 0 and self.shortcuts.known_live(execution_id)
         return await _hold(wait, lambda: self.on_end(execution_id), read, live=live)
 
-    async def with_restoration(self, execution: Execution) -> Execution:
-        """A fork with what it restored (§33.8.2), read apart: only a fork has any."""
-        if execution.forked_from is None:
-            return execution
-        return replace(execution, restoration=await self.store.get_restoration(execution.id))
+    async def restoration_of(self, execution: Execution) -> RawJson | None:
+        """What a fork restored of its source's resources (§33.8.2), read apart: only a fork
+        has any, and only its own representation shows it."""
+        if execution.origin.forked_from is None:
+            return None
+        return await self.store.get_restoration(execution.id)
 
     async def list_executions(self, flt: ExecutionFilter) -> Page[Execution]:
         return await self.store.list_executions(flt)

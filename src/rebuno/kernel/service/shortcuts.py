@@ -92,7 +92,7 @@ class Shortcuts:
         """Follows the run of a first delivery under `lease` from the record its claim read:
         a `pending` execution that is not a fork has no step recorded, and its policy is its
         agent's `bundle`, as the claim read it."""
-        if self.enabled and len(execution.input) <= RUN_INPUT_LIMIT:
+        if self.enabled and len(execution.origin.input) <= RUN_INPUT_LIMIT:
             self._drop(execution.id)
             self._runs[execution.id] = Run(lease, execution, bundle)
             if len(self._runs) > RUNS_REMEMBERED:

@@ -27,13 +27,13 @@ async def record_new(
 ) -> None:
     """A new `pending` execution and its `execution.created`; `policy_bundle`: its own, which
     its steps are decided by instead of its agent's (a fork's, §26.4)."""
-    deadline = execution.deadline_at
+    deadline = execution.origin.deadline_at
     batch.execution(
         EventType.EXECUTION_CREATED,
         execution,
         deadline_at=format_timestamp(deadline) if deadline else None,
-        created_by=execution.created_by,
-        on_behalf_of=execution.on_behalf_of,
+        created_by=execution.origin.created_by,
+        on_behalf_of=execution.origin.on_behalf_of,
         spawned_by=spawned_by(execution),
     )
     await tx.insert_execution(execution, policy_bundle)

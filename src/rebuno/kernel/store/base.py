@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, Protocol, TypeVar
 
@@ -55,10 +55,17 @@ def execution_lock(execution_id: str) -> str:
     return f"execution:{execution_id}"
 
 
+Omitted = tuple[tuple[str, int], ...]
+"""The payloads a list left out of one item, each named with its size in bytes (§5.1)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None
+    omitted: Mapping[str, Omitted] = field(default_factory=dict)
+    """On a page of executions, by id: the payloads (`input`, `output`) left out of each that
+    has any; its record holds `null` and None in their place."""
 
 
 LISTED_PAYLOAD_BYTES = 64 * 1024

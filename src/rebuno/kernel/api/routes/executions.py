@@ -39,7 +39,7 @@ from rebuno.kernel.api.schemas import (
 from rebuno.kernel.domain.decision import Carried
 from rebuno.kernel.domain.errors import ValidationFailed
 from rebuno.kernel.domain.records import RawJson
-from rebuno.kernel.service.executions import Origin
+from rebuno.kernel.service.executions import Labels
 from rebuno.kernel.service.forks import ForkRequest
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import ExecutionFilter
@@ -157,7 +157,7 @@ class ExecutionRoutes:
     async def create(self, request: Request) -> Response:
         body, principal = await self._gate.principal(request)
         fields = await off_loop(body, _create_fields)
-        origin = Origin(
+        labels = Labels(
             principal=principal,
             idempotency_key=fields.idempotency_key,
             parent_execution_id=fields.parent_execution_id,
@@ -166,7 +166,7 @@ class ExecutionRoutes:
             spawned_by=fields.spawned_by,
         )
         created = await self._kernel.create(
-            fields.agent_id, fields.input, fields.agent_version, origin
+            fields.agent_id, fields.input, fields.agent_version, labels
         )
         response = json_response(render_execution(created.execution), 201)
         if created.repeat:
@@ -198,8 +198,8 @@ class ExecutionRoutes:
         execution = await self._kernel.get_execution(
             execution_id(request), caller.agent_id, params.long_poll(request.query_params)
         )
-        execution = await self._kernel.with_restoration(execution)
-        return json_response(render_execution(execution))
+        restoration = await self._kernel.restoration_of(execution)
+        return json_response(render_execution(execution, restoration))
 
     async def events(self, request: Request) -> Response:
         await self._gate.client(request)
@@ -237,7 +237,9 @@ class ExecutionRoutes:
         )
         if fork.policy_bundle:  # §34.2: after parsing, before the source is looked up
             principal.require(Scope.POLICIES_WRITE)
-        return json_response(render_execution(await self._kernel.fork(target, fork)), 201)
+        forked = await self._kernel.fork(target, fork)
+        restoration = await self._kernel.restoration_of(forked)
+        return json_response(render_execution(forked, restoration), 201)
 
     async def fork_points(self, request: Request) -> Response:
         """§26.1: every seq up to the latest is a fork point; §33.7: and what covers each."""

@@ -9,13 +9,12 @@ Must import only psycopg, the domain, `store.base` and this package.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.domain.records import Execution
-from rebuno.kernel.store.base import ExecutionFilter, Page
+from rebuno.kernel.domain.records import Execution, Origin
+from rebuno.kernel.store.base import ExecutionFilter, Omitted, Page
 from rebuno.kernel.store.columns import Layout, names, qualified
 from rebuno.kernel.store.postgres.connection import Executor
 from rebuno.protocol.enums import ExecutionStatus
@@ -113,42 +112,45 @@ def to_record(row: Sequence[Any]) -> Execution:
         has_children,
         has_resources,
     ) = row
-    return Execution(
-        id=id,
-        agent_id=agent_id,
+    origin = Origin(
         agent_version=agent_version,
         input=input,
-        status=ExecutionStatus(status),
-        output=output,
-        failure_reason=failure_reason,
         created_at=created_at,
-        updated_at=updated_at,
         deadline_at=deadline_at,
-        last_event_seq=last_event_seq,
         idempotency_key=idempotency_key,
-        parent_execution_id=parent_execution_id,
         created_by=created_by,
         on_behalf_of=on_behalf_of,
         session=session,
-        admitted_at=admitted_at,
         spawned_by_execution_id=spawned_by_execution_id,
         spawned_by_step_id=spawned_by_step_id,
         forked_from=forked_from,
         fork_seq=fork_seq,
+    )
+    return Execution(
+        id=id,
+        agent_id=agent_id,
+        origin=origin,
+        status=ExecutionStatus(status),
+        output=output,
+        failure_reason=failure_reason,
+        updated_at=updated_at,
+        last_event_seq=last_event_seq,
+        parent_execution_id=parent_execution_id,
+        admitted_at=admitted_at,
         has_children=has_children,
         has_resources=has_resources,
     )
 
 
-def _listed(row: Sequence[Any], payload_limit: int) -> Execution:
+def _listed(row: Sequence[Any], payload_limit: int) -> tuple[Execution, Omitted]:
+    """The record of a list page's row, and the payloads the page left out of it."""
     columns, (input_size, output_size) = _LISTED_ROW.split(row)
-    record = to_record(columns)
     omitted = tuple(
         (name, size)
         for name, size in (("input", input_size), ("output", output_size))
         if size is not None and size > payload_limit
     )
-    return replace(record, omitted=omitted) if omitted else record
+    return to_record(columns), omitted
 
 
 async def get(conn: Executor, execution_id: str) -> Execution:
@@ -221,9 +223,11 @@ async def list_page(conn: Executor, flt: ExecutionFilter) -> Page[Execution]:
     params = [flt.payload_limit, flt.payload_limit, *params, flt.limit + 1]
     cur = await conn.execute(f"{_LIST} {where} ORDER BY e.id DESC LIMIT %s", params)
     rows = await cur.fetchall()
-    items = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
+    listed = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
+    items = [record for record, _ in listed]
+    omitted = {record.id: left_out for record, left_out in listed if left_out}
     next_cursor = items[-1].id if len(rows) > flt.limit and items else None
-    return Page(items=items, next_cursor=next_cursor)
+    return Page(items=items, next_cursor=next_cursor, omitted=omitted)
 
 
 async def list_overdue(conn: Executor, now: datetime, limit: int, after: str) -> list[str]:

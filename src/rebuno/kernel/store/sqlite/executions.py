@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from rebuno.kernel.domain.errors import NotFound
-from rebuno.kernel.domain.records import Execution
-from rebuno.kernel.store.base import ExecutionFilter, Page
+from rebuno.kernel.domain.records import Execution, Origin
+from rebuno.kernel.store.base import ExecutionFilter, Omitted, Page
 from rebuno.kernel.store.columns import Layout, names
 from rebuno.kernel.store.sqlite.errors import refusals
 from rebuno.kernel.store.sqlite.timestamps import (
@@ -75,42 +74,45 @@ def to_record(row: Sequence[Any]) -> Execution:
         has_children,
         has_resources,
     ) = row
-    return Execution(
-        id=id,
-        agent_id=agent_id,
+    origin = Origin(
         agent_version=agent_version,
         input=input,
-        status=ExecutionStatus(status),
-        output=output,
-        failure_reason=failure_reason,
         created_at=from_micros(created_at),
-        updated_at=from_micros(updated_at),
         deadline_at=from_micros_or_none(deadline_at),
-        last_event_seq=last_event_seq,
         idempotency_key=idempotency_key,
-        parent_execution_id=parent_execution_id,
         created_by=created_by,
         on_behalf_of=on_behalf_of,
         session=session,
-        admitted_at=from_micros_or_none(admitted_at),
         spawned_by_execution_id=spawned_by_execution_id,
         spawned_by_step_id=spawned_by_step_id,
         forked_from=forked_from,
         fork_seq=fork_seq,
+    )
+    return Execution(
+        id=id,
+        agent_id=agent_id,
+        origin=origin,
+        status=ExecutionStatus(status),
+        output=output,
+        failure_reason=failure_reason,
+        updated_at=from_micros(updated_at),
+        last_event_seq=last_event_seq,
+        parent_execution_id=parent_execution_id,
+        admitted_at=from_micros_or_none(admitted_at),
         has_children=bool(has_children),
         has_resources=bool(has_resources),
     )
 
 
-def _listed(row: Sequence[Any], payload_limit: int) -> Execution:
+def _listed(row: Sequence[Any], payload_limit: int) -> tuple[Execution, Omitted]:
+    """The record of a list page's row, and the payloads the page left out of it."""
     columns, (input_size, output_size) = _LISTED_ROW.split(row)
-    record = to_record(columns)
     omitted = tuple(
         (name, size)
         for name, size in (("input", input_size), ("output", output_size))
         if size is not None and size > payload_limit
     )
-    return replace(record, omitted=omitted) if omitted else record
+    return to_record(columns), omitted
 
 
 def get(conn: sqlite3.Connection, execution_id: str) -> Execution:
@@ -132,25 +134,25 @@ def insert(
             (
                 execution.id,
                 execution.agent_id,
-                execution.agent_version,
-                execution.input,
+                execution.origin.agent_version,
+                execution.origin.input,
                 execution.status.value,
                 execution.output,
                 execution.failure_reason,
-                to_micros(execution.created_at),
+                to_micros(execution.origin.created_at),
                 to_micros(execution.updated_at),
-                to_micros_or_none(execution.deadline_at),
+                to_micros_or_none(execution.origin.deadline_at),
                 execution.last_event_seq,
-                execution.idempotency_key,
+                execution.origin.idempotency_key,
                 execution.parent_execution_id,
-                execution.created_by,
-                execution.on_behalf_of,
-                execution.session,
+                execution.origin.created_by,
+                execution.origin.on_behalf_of,
+                execution.origin.session,
                 to_micros_or_none(execution.admitted_at),
-                execution.spawned_by_execution_id,
-                execution.spawned_by_step_id,
-                execution.forked_from,
-                execution.fork_seq,
+                execution.origin.spawned_by_execution_id,
+                execution.origin.spawned_by_step_id,
+                execution.origin.forked_from,
+                execution.origin.fork_seq,
                 int(execution.has_children),
                 int(execution.has_resources),
                 policy_bundle,
@@ -272,9 +274,11 @@ def list_page(conn: sqlite3.Connection, flt: ExecutionFilter) -> Page[Execution]
         f"SELECT {_LISTED} FROM executions {where} ORDER BY id DESC LIMIT ?",
         (flt.payload_limit, flt.payload_limit, *params, flt.limit + 1),
     ).fetchall()
-    items = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
+    listed = [_listed(row, flt.payload_limit) for row in rows[: flt.limit]]
+    items = [record for record, _ in listed]
+    omitted = {record.id: left_out for record, left_out in listed if left_out}
     next_cursor = items[-1].id if len(rows) > flt.limit and items else None
-    return Page(items=items, next_cursor=next_cursor)
+    return Page(items=items, next_cursor=next_cursor, omitted=omitted)
 
 
 def list_overdue(conn: sqlite3.Connection, now: datetime, limit: int, after: str) -> list[str]:
