@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from harness.ports import free_port
 from rebuno.kernel.api.app import create_app
 from rebuno.kernel.config import Settings
-from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.kernel.domain.dispatch import DeliveryOutcome, Webhook
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
 from rebuno.kernel.stream.memory import MemoryBus
@@ -85,9 +85,8 @@ async def test_a_delivery_attempt_is_a_client_span_failing_when_the_agent_is_unr
     http = HttpDeliverer()
     body = b'{"execution_id":"e-1","dispatch_id":"d-1","dispatch_attempt":2}'
     try:
-        outcome = await tracing.deliverer(http).deliver(
-            f"http://127.0.0.1:{free_port()}/webhook", "secret", "e-1", body, 2.0
-        )
+        url = f"http://127.0.0.1:{free_port()}/webhook"
+        outcome = await tracing.deliverer(http).deliver(Webhook(url, "secret", "e-1", body, 2.0))
     finally:
         await http.close()
 
@@ -105,17 +104,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}
 
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
+    async def deliver(self, webhook: Webhook) -> DeliveryOutcome:
         self.seen = dict(current_ids())
         return DeliveryOutcome(True)
 
@@ -127,7 +116,9 @@ async def test_log_records_carry_the_ids_of_the_delivery_in_progress() -> None:
         "rebuno.kernel", logging.WARNING, "", 0, "delivery failed", None, None
     )
 
-    await Tracing().deliverer(recorder).deliver("http://agent.test/", "s", "e-9", body, 1.0)
+    await (
+        Tracing().deliverer(recorder).deliver(Webhook("http://agent.test/", "s", "e-9", body, 1.0))
+    )
     CorrelationFilter().filter(record)
 
     expected = {"execution_id": "e-9", "dispatch_id": "d-9", "dispatch_attempt": "1"}

@@ -12,7 +12,7 @@ import pytest
 
 from rebuno.kernel.config import Settings
 from rebuno.kernel.domain.decision import StepDecision, StepRequest
-from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.kernel.domain.dispatch import DeliveryOutcome, Webhook
 from rebuno.kernel.domain.records import Execution, Lease
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
@@ -136,19 +136,11 @@ class Answering:
     sent: list[Sent] = field(default_factory=list)
     instance: AgentInstance | None = None
 
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
-        self.sent.append(Sent(execution_id, body, extensions, carried))
-        await self.answer(execution_id)
+    async def deliver(self, webhook: Webhook) -> DeliveryOutcome:
+        self.sent.append(
+            Sent(webhook.execution_id, webhook.body, webhook.extensions, webhook.carried)
+        )
+        await self.answer(webhook.execution_id)
         return DeliveryOutcome(ok=True, instance=self.instance)
 
     async def answer(self, execution_id: str) -> None:

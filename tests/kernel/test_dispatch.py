@@ -17,6 +17,7 @@ from harness.asgi import asgi_body, asgi_lifespan
 from harness.polling import wait_until
 from harness.ports import free_port
 from rebuno.kernel.background import DispatchLoop
+from rebuno.kernel.domain.dispatch import Webhook
 from rebuno.kernel.domain.webhook import Targets
 from rebuno.kernel.service.kernel import Kernel
 from rebuno.kernel.store.base import Store
@@ -272,8 +273,8 @@ async def test_a_name_that_resolves_to_a_refused_address_is_never_connected_to(
         refusing = HttpDeliverer(timeout_seconds=5, targets=Targets())
         allowing = HttpDeliverer(timeout_seconds=5, targets=Targets(loopback=True))
         try:
-            refused = await refusing.deliver(named, SECRET, "e", b"{}", 5.0)
-            delivered = await allowing.deliver(named, SECRET, "e", b"{}", 5.0)
+            refused = await refusing.deliver(Webhook(named, SECRET, "e", b"{}", 5.0))
+            delivered = await allowing.deliver(Webhook(named, SECRET, "e", b"{}", 5.0))
         finally:
             await refusing.close()
             await allowing.close()

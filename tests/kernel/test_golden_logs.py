@@ -21,7 +21,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.kernel.domain.dispatch import DeliveryOutcome, Webhook
 from rebuno.kernel.domain.principal import BOOTSTRAP
 from rebuno.kernel.domain.records import Lease
 from rebuno.kernel.service.kernel import Kernel
@@ -108,17 +108,7 @@ def assert_golden(name: str, log: list[Line]) -> None:
 class Refusing:
     """A deliverer whose agent answers every webhook 503."""
 
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
+    async def deliver(self, webhook: Webhook) -> DeliveryOutcome:
         return DeliveryOutcome(ok=False, detail="agent answered 503")
 
 

@@ -22,6 +22,7 @@ import uvloop
 from harness.asgi import asgi_body
 from harness.polling import wait_until
 from rebuno._http import PARSERS, Pool, Response, Timeout, TransportError
+from rebuno.kernel.domain.dispatch import Webhook
 from rebuno.kernel.webhooks.delivery import HttpDeliverer
 from rebuno.protocol import signing
 from rebuno.sdk._kernel import Completion, KernelClient, Lease, Report, encode_json
@@ -588,9 +589,8 @@ def test_a_url_with_a_password_is_refused_without_showing_it() -> None:
 async def test_a_webhook_url_password_never_reaches_a_delivery_outcome() -> None:
     deliverer = HttpDeliverer(timeout_seconds=1)
     try:
-        outcome = await deliverer.deliver(
-            "http://hook-user:hunter2@127.0.0.1:9/webhook", "secret", "e", b"{}", 1.0
-        )
+        url = "http://hook-user:hunter2@127.0.0.1:9/webhook"
+        outcome = await deliverer.deliver(Webhook(url, "secret", "e", b"{}", 1.0))
     finally:
         await deliverer.close()
 

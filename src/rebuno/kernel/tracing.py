@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rebuno.kernel.config import Settings
-from rebuno.kernel.domain.dispatch import Deliverer, DeliveryOutcome
+from rebuno.kernel.domain.dispatch import Deliverer, DeliveryOutcome, Webhook
 from rebuno.kernel.domain.errors import ValidationFailed
 
 if TYPE_CHECKING:
@@ -180,29 +180,17 @@ class _ObservedDeliverer:
         self._inner = inner
         self._tracer = tracer
 
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
-        ids = {"execution_id": execution_id, **_dispatch_ids(body)}
+    async def deliver(self, webhook: Webhook) -> DeliveryOutcome:
+        ids = {"execution_id": webhook.execution_id, **_dispatch_ids(webhook.body)}
         # Not reset afterwards: the dispatch loop runs each delivery in a task of its own, so
         # the ids also label what the service logs about the outcome ("delivery failed").
         _IDS.set(ids)
-        delivery = self._inner.deliver(
-            url, secret, execution_id, body, timeout_seconds, extensions=extensions, carried=carried
-        )
+        delivery = self._inner.deliver(webhook)
         if self._tracer is None:
             return await delivery
         from opentelemetry.trace import SpanKind
 
-        attributes = {"url.full": url, **ids}
+        attributes = {"url.full": webhook.url, **ids}
         with self._tracer.start_as_current_span(
             "webhook delivery", kind=SpanKind.CLIENT, attributes=attributes
         ) as span:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
@@ -73,22 +73,26 @@ def effective_lease(agent: Agent, default: timedelta) -> float:
     return default.total_seconds()
 
 
-class Deliverer(Protocol):
-    """POSTs one signed webhook; any 2xx is `ok`. Never raises for a delivery failure.
-    `extensions` names this kernel's own protocol extensions the delivery offers; `carried`
-    is the `Rebuno-Execution` value (`execution-input`) to send and sign, if any."""
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """One signed webhook to POST (§6): to whom, signed with which secret, for which
+    execution, its body, and how long to wait for the answer."""
 
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome: ...
+    url: str
+    secret: str = field(repr=False)
+    execution_id: str
+    body: bytes
+    timeout_seconds: float
+    extensions: tuple[str, ...] = ()
+    """This kernel's own protocol extensions the delivery offers."""
+    carried: str | None = None
+    """The `Rebuno-Execution` value (`execution-input`) to send and sign, if any."""
+
+
+class Deliverer(Protocol):
+    """POSTs one signed webhook; any 2xx is `ok`. Never raises for a delivery failure."""
+
+    async def deliver(self, webhook: Webhook) -> DeliveryOutcome: ...
 
 
 def webhook_body(dispatch: Dispatch, lease_seconds: float) -> bytes:

@@ -19,6 +19,7 @@ from rebuno.kernel.decision.ending import EXHAUSTED
 from rebuno.kernel.domain.dispatch import (
     Deliverer,
     DeliveryOutcome,
+    Webhook,
     backoff,
     effective_lease,
     webhook_body,
@@ -148,15 +149,16 @@ class DispatchUseCases(Context):
         if carry is not None:
             extensions = (*extensions, EXECUTION_INPUT)
         lease = effective_lease(claimed.agent, settings.dispatch_lease_timeout)
-        return await deliverer.deliver(
-            claimed.agent.webhook_url,
-            claimed.agent.secret,
-            dispatch.execution_id,
-            webhook_body(dispatch, lease),
-            settings.dispatch_timeout.total_seconds(),
+        webhook = Webhook(
+            url=claimed.agent.webhook_url,
+            secret=claimed.agent.secret,
+            execution_id=dispatch.execution_id,
+            body=webhook_body(dispatch, lease),
+            timeout_seconds=settings.dispatch_timeout.total_seconds(),
             extensions=extensions,
             carried=carry,
         )
+        return await deliverer.deliver(webhook)
 
     async def _acknowledged(self, claimed: ClaimedDispatch, outcome: DeliveryOutcome) -> None:
         dispatch = claimed.dispatch

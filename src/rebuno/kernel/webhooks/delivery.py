@@ -14,7 +14,7 @@ import socket
 from urllib.parse import urlsplit
 
 from rebuno._http import Pool, TransportError
-from rebuno.kernel.domain.dispatch import DeliveryOutcome
+from rebuno.kernel.domain.dispatch import DeliveryOutcome, Webhook
 from rebuno.kernel.domain.webhook import Targets, literal_address
 from rebuno.protocol.extensions import (
     AGENT_INSTANCE_HEADER,
@@ -45,31 +45,22 @@ class HttpDeliverer:
         self._targets = targets or Targets(loopback=True)
         self._pools: dict[str, Pool] = {}
 
-    async def deliver(
-        self,
-        url: str,
-        secret: str,
-        execution_id: str,
-        body: bytes,
-        timeout_seconds: float,
-        *,
-        extensions: tuple[str, ...] = (),
-        carried: str | None = None,
-    ) -> DeliveryOutcome:
+    async def deliver(self, webhook: Webhook) -> DeliveryOutcome:
+        secret, body, carried = webhook.secret, webhook.body, webhook.carried
         headers = [
             ("Content-Type", "application/json"),
             (SIGNATURE_HEADER, sign_body(secret, body)),
-            (EXECUTION_ID_HEADER, execution_id),
+            (EXECUTION_ID_HEADER, webhook.execution_id),
         ]
-        if extensions:
+        if webhook.extensions:
             # Tells an agent of ours which of this kernel's own protocol extensions it may use
             # on this delivery; other SDKs ignore the header.
-            headers.append((EXTENSIONS_HEADER, ", ".join(extensions)))
+            headers.append((EXTENSIONS_HEADER, ", ".join(webhook.extensions)))
         if carried is not None:
             headers.append((EXECUTION_HEADER, carried))
             headers.append((EXECUTION_SIGNATURE_HEADER, sign_carried(secret, body, carried)))
         try:
-            pool, target = await self._pool_for(url, timeout_seconds)
+            pool, target = await self._pool_for(webhook.url, webhook.timeout_seconds)
             response = await pool.request("POST", target, headers, body)
         except (TransportError, ValueError) as exc:
             return DeliveryOutcome(False, f"{type(exc).__name__}: {exc}", answered=False)
