@@ -76,7 +76,7 @@ class Carrier:
         full list is sent at once, before the handler goes on."""
         loop = self._dispatch.loop or asyncio.get_running_loop()
         size = _size(carried)
-        if self.crowds(size):
+        if self._waiting and not self.fits_beside(size):
             await self.flush()  # one request never carries more than the kernel takes
         if not self._waiting:
             self._since = loop.time()

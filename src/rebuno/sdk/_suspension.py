@@ -34,7 +34,8 @@ class Suspension:
     def ended(self) -> None:
         """A step body ended: the others may all be waiting now."""
         self._bodies -= 1
-        self._suspend_when_all_wait()
+        if self._answer is not None:  # checked here first: this runs after every step body
+            self._suspend_when_all_wait()
 
     async def await_subagent(self, step_id: str) -> Any:
         """Waits for the sub-agent the step `step_id` started, from inside its body.
