@@ -13,7 +13,7 @@ import pytest
 
 from rebuno import ToolError, step
 from rebuno.kernel.config import Settings
-from rebuno.sdk import _context
+from rebuno.sdk import _carried
 from tests.sdk.conftest import Harness
 
 BODY_LIMIT = 64 * 1024
@@ -22,8 +22,8 @@ RECORDED_LIMIT = BODY_LIMIT - 8 * 1024
 
 @pytest.fixture(autouse=True)
 def small_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_context, "MAX_REQUEST_BYTES", BODY_LIMIT)
-    monkeypatch.setattr(_context, "MAX_RECORDED_BYTES", RECORDED_LIMIT)
+    monkeypatch.setattr(_carried, "MAX_REQUEST_BYTES", BODY_LIMIT)
+    monkeypatch.setattr(_carried, "MAX_RECORDED_BYTES", RECORDED_LIMIT)
 
 
 @pytest.fixture

@@ -32,7 +32,8 @@ from rebuno.protocol.extensions import (
     STEP_OCCURRENCES,
     STEP_RECORDS,
 )
-from rebuno.sdk._context import ExecutionContext, PayloadTooLarge, Result, check_size, jsonable
+from rebuno.sdk._carried import PayloadTooLarge, check_size
+from rebuno.sdk._context import ExecutionContext, Result, jsonable
 from rebuno.sdk._diagnostics import (
     Throttle,
     check_enabled,

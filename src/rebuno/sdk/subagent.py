@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rebuno.sdk._context import current_step, execution
+from rebuno.sdk._context import execution
+from rebuno.sdk._submission import current_step
 from rebuno.sdk.client import Client
 from rebuno.types import SpawnedBy
 
