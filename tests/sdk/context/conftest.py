@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from harness.asgi import asgi_body, asgi_lifespan
+from harness.polling import wait_until
 from rebuno.sdk._dispatch import Dispatch
 from rebuno.sdk._kernel import KernelClient, Lease, encode_json
 from rebuno.sdk._webhook import Delivery, parse_delivery
 from tests.sdk.conftest import SECRET, Harness
 from tests.sdk.loopback import serving
-from tests.support import asgi_body, asgi_lifespan, wait_until
 
 AGENT = "parts"
 

@@ -10,13 +10,13 @@ from datetime import datetime, timedelta
 import httpx
 import pytest
 
+from harness.polling import wait_until
 from rebuno.sdk import _carried
 from rebuno.sdk._carried import Carrier
 from rebuno.sdk._dispatch import Dispatch
 from rebuno.sdk._kernel import Completion, Report, encode_json
 from tests.sdk.conftest import Harness
 from tests.sdk.context.conftest import AGENT, idle, proceeding, statuses
-from tests.support import wait_until
 
 COMPLETE = "/v0/executions/{execution_id}/steps/{step_id}/complete"
 HEARTBEAT = "/v0/executions/{execution_id}/heartbeat"

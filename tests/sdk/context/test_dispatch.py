@@ -9,12 +9,13 @@ from dataclasses import replace
 
 import pytest
 
+from harness.polling import wait_until
+from harness.ports import free_port
 from rebuno.sdk._dispatch import Dispatch
 from rebuno.sdk._kernel import KernelClient
 from rebuno.sdk.errors import Blocked, LeaseSuperseded, NetworkError, Terminated
 from tests.sdk.conftest import SECRET, Harness
 from tests.sdk.context.conftest import AGENT
-from tests.support import free_port, wait_until
 
 HEARTBEAT = "/v0/executions/{execution_id}/heartbeat"
 

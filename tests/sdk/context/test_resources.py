@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from harness.polling import wait_until
 from rebuno import CheckpointPolicy
 from rebuno.sdk import _carried
 from rebuno.sdk._carried import Carrier
@@ -18,7 +19,6 @@ from rebuno.sdk._resources import Resources
 from rebuno.types import StepResource
 from tests.sdk.conftest import Harness
 from tests.sdk.context.conftest import idle, proceeding, statuses
-from tests.support import wait_until
 
 REGISTER = "/v0/executions/{execution_id}/resources"
 
