@@ -6,6 +6,7 @@ with the kernel's own protocol) on loopback, with short timings."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -102,3 +103,21 @@ async def test_past_the_connection_limit_the_kernel_answers_503(
     finally:
         for sock in held:
             sock.close()
+
+
+async def test_bytes_that_are_not_http_get_the_error_envelope(
+    kernel_address: tuple[str, int],
+) -> None:
+    reader, writer = await _open(kernel_address)
+    writer.write(b"GET /v0/health HTTP/1.1\r\nHost: kernel\r\nBad\x00Header: x\r\n\r\n")
+    await writer.drain()
+
+    answer = await asyncio.wait_for(reader.read(), timeout=10)  # closed after the answer
+    writer.close()
+
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert b"content-type: application/json; charset=utf-8" in head.lower()
+    envelope = json.loads(body)
+    assert envelope["code"] == "validation_error"
+    assert envelope["message"] == "validation error: the request is not HTTP/1.1"

@@ -7,13 +7,17 @@ written during one turn of the event loop and sends it in one call as soon as th
 so a whole small response leaves together. Bytes and their order are unchanged; only the
 number of sends is.
 
-Must not import the services, the API, `kernel.webhooks` or a store.
+Must not import the services, the API, `kernel.webhooks` or a store; of rebuno, it knows only
+the protocol's error codes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, cast
+
+from rebuno.protocol.codes import ErrorCode
 
 try:  # uvicorn's own choice for "auto": httptools when installed, h11 otherwise
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Http
@@ -108,6 +112,26 @@ class CoalescedHttp(_Http):
     def _head_too_slow(self) -> None:
         self._head_timer = None
         self.transport.abort()
+
+    def send_400_response(self, msg: str) -> None:
+        """What uvicorn answers bytes that do not parse as an HTTP/1.1 request: the error
+        envelope (§3.1) like any other bad input, instead of its plain text; the connection
+        is closed, as nothing after such bytes can be read as a request."""
+        body = _not_http(msg)
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
+        ]
+        head.append(b"content-type: application/json; charset=utf-8\r\n")
+        head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+def _not_http(detail: str) -> bytes:
+    message = "validation error: the request is not HTTP/1.1"
+    envelope = {"code": ErrorCode.VALIDATION_ERROR.value, "message": message, "details": detail}
+    return json.dumps(envelope).encode()
 
 
 def http_protocol(header_timeout: float | None) -> type[CoalescedHttp]:
