@@ -14,7 +14,7 @@ from datetime import datetime
 from rebuno.kernel.decision import ending as rules
 from rebuno.kernel.decision.ending import Ending
 from rebuno.kernel.domain.event import EventBatch
-from rebuno.kernel.domain.records import Execution, Lease
+from rebuno.kernel.domain.records import Execution, Lease, replace
 from rebuno.kernel.service.context import Context, flush
 from rebuno.kernel.service.recording import Carrying, record_carried, settle
 from rebuno.kernel.store.base import NOTHING_WANTED, Locked, Transaction, Wanted
@@ -46,11 +46,12 @@ async def finish_execution(
 ) -> Execution:
     """Completes or fails an execution the caller has locked and admitted, first recording
     what the request carries (`carrying`); its dispatches retire. Returns the record as
-    written."""
+    written. The occurrences reported steps reach are not stored: the dispatch retires with
+    the run."""
     batch = EventBatch(execution, now)
     execution = rules.begin(execution, ending, batch)
     if carrying is not None:
-        await record_carried(tx, execution, carrying, batch)
+        await record_carried(tx, execution, replace(carrying, counted=False), batch)
     done = rules.finish(execution, ending, batch)
     if ending.state is not None and done.status is ExecutionStatus.COMPLETED:
         await tx.set_state(execution.id, ending.state)

@@ -232,7 +232,7 @@ class ExecutionUseCases(Context):
             wanted = wanted_by(end.outcomes)
             locked = await lock_live(tx, end.execution_id, end.agent_id, lease, now, wanted)
             read = locked.outcomes or NOTHING_READ
-            carrying = Carrying(lease.dispatch_id, end.outcomes, read, counted=False)
+            carrying = Carrying(lease.dispatch_id, end.outcomes, read)
             return await finish_execution(tx, locked.execution, end.ending, now, carrying)
 
 
